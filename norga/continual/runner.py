@@ -1,0 +1,255 @@
+"""The task loop: build data and model from a Config, train task by task, evaluate, resume.
+
+``run_training(cfg, output_dir)`` is what ``train.py`` calls; ``evaluate_run``
+is what ``eval.py`` calls. A run resumes after its last completed task.
+"""
+from __future__ import annotations
+
+import copy
+import hashlib
+import platform
+import time
+from pathlib import Path
+from typing import Optional
+
+import numpy
+import timm
+import torch
+import torchvision
+from torch.utils.data import DataLoader
+
+from ..config import Config, ConfigError, config_to_dict, from_dict
+from ..data import build_benchmark
+from ..metrics import empty_matrix, summarize
+from ..models import PromptedViT
+from ..models.backbone import backbone_data_config, build_backbone
+from .evaluate import evaluate_task
+from .learner import HiDeNoRGaLearner, TaskLoaders, task_generator
+from .rundir import RunDir
+
+
+class RunConfigMismatch(RuntimeError):
+    """The output folder holds a run with another config (use --force to continue anyway)."""
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("device: 'cuda' requested but CUDA is not available; use device=cpu or auto")
+    return torch.device(name)
+
+
+def build_model(cfg: Config) -> PromptedViT:
+    m = cfg.model
+    kwargs = dict(m.timm_kwargs)
+    if cfg.data.image_size is not None:
+        kwargs["img_size"] = cfg.data.image_size
+    vit = build_backbone(preset=m.preset, model_name=m.name, checkpoint=m.checkpoint, pretrained=m.pretrained,
+                         **kwargs)
+    options = {"activation": m.activation} if m.gate == "norga" else {}
+    return PromptedViT(vit, prompt_layers=m.prompt_layers, gate=m.gate, **options)
+
+
+def build_data(cfg: Config, model: PromptedViT):
+    d = cfg.data
+    data_cfg = backbone_data_config(model.vit)
+    image_size = d.image_size or int(data_cfg["input_size"][-1])
+    return build_benchmark(
+        d.name, d.root, d.num_tasks, classes_per_task=d.classes_per_task, first_task_classes=d.first_task_classes,
+        class_order=d.class_order, seed=cfg.seed, image_size=image_size, mean=tuple(data_cfg["mean"]),
+        std=tuple(data_cfg["std"]), download=d.download, train_per_class=d.train_per_class,
+        test_per_class=d.test_per_class, options=d.options,
+    )
+
+
+def task_loaders(cfg: Config, bench, task: int) -> TaskLoaders:
+    workers = cfg.data.num_workers
+    common = dict(num_workers=workers, pin_memory=torch.cuda.is_available(), persistent_workers=False)
+    train = DataLoader(bench.train_set(task), batch_size=cfg.wtp.batch_size, shuffle=True, drop_last=False,
+                       generator=task_generator(cfg.seed, task, 0), **common)
+    plain = DataLoader(bench.train_set(task, train_transform=False), batch_size=cfg.eval_batch_size, **common)
+    test = DataLoader(bench.test_set(task), batch_size=cfg.eval_batch_size, **common)
+    return TaskLoaders(train, plain, test)
+
+
+def checkpoint_id(path: Optional[str]) -> Optional[str]:
+    """sha256 of a local checkpoint file (first 16 hex digits), or None."""
+    if not path:
+        return None
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()[:16]
+
+
+def dry_run(cfg: Config) -> str:
+    """Validate config, data and checkpoint; return the task split summary. Trains nothing.
+
+    Data is checked first with the architecture only (no weights), so a missing
+    data folder is reported without downloading anything; then a local
+    checkpoint is loaded strictly. Hub weights (``pretrained: true``) are not
+    downloaded by a dry run.
+    """
+    m = cfg.model
+    arch_only = copy.deepcopy(cfg)
+    arch_only.model.pretrained, arch_only.model.checkpoint = False, None
+    model = build_model(arch_only)
+    bench = build_data(cfg, model)
+    if m.checkpoint:
+        build_model(cfg)  # raises a CheckpointError naming missing/unexpected keys
+        weights = f"local file {m.checkpoint} (loaded strictly: OK)"
+    else:
+        weights = "timm hub weights (downloaded at training time)" if m.pretrained else "random init"
+    params = sum(p.numel() for p in model.vit.parameters()) / 1e6
+    gate = m.gate + (f"/{m.activation}" if m.gate == "norga" else "")
+    head = (f"backbone: {m.name or m.preset} ({params:.1f} M params), weights: {weights}\n"
+            f"gate: {gate}, prompt length {m.prompt_length} on blocks {list(m.prompt_layers)}")
+    return head + "\n" + bench.summary()
+
+
+def _prepare_run_dir(cfg: Config, run: RunDir, force: bool) -> int:
+    resolved = config_to_dict(cfg)
+    previous = run.read_config()
+    done = run.completed_tasks()
+    if previous is not None and previous != resolved and done > 0 and not force:
+        changed = sorted(_diff_keys(previous, resolved))
+        raise RunConfigMismatch(
+            f"{run.root} holds a run with a different config (changed: {changed}); "
+            "use another --output-dir, or --force to continue with the new config"
+        )
+    run.write_config(resolved)
+    return done
+
+
+def _diff_keys(a: dict, b: dict, prefix: str = "") -> list:
+    keys = []
+    for k in set(a) | set(b):
+        path = f"{prefix}.{k}" if prefix else str(k)
+        if isinstance(a.get(k), dict) and isinstance(b.get(k), dict):
+            keys += _diff_keys(a[k], b[k], path)
+        elif a.get(k) != b.get(k):
+            keys.append(path)
+    return keys
+
+
+def run_training(cfg: Config, output_dir: Path, force: bool = False) -> dict:
+    """Train (or resume) a full run into ``output_dir``; returns metrics.json content."""
+    run = RunDir(output_dir)
+    done = _prepare_run_dir(cfg, run, force)
+    log = run.logger()
+    device = resolve_device(cfg.device)
+    model = build_model(cfg)
+    bench = build_data(cfg, model)
+    learner = HiDeNoRGaLearner(model, bench.task_classes, cfg, device)
+    tracker = MetricsTracker(cfg, bench, learner, run.read_metrics() if done else None)
+    for t in range(done):
+        learner.load_state_dict(run.load_checkpoint(t))
+    if done:
+        log.info(f"resuming after task {done - 1} of {bench.num_tasks}")
+    else:
+        log.info(f"new run in {run.root}\n{bench.summary()}")
+    frozen_cache: dict = {}
+    for t in range(done, bench.num_tasks):
+        start = time.time()
+        learner.learn_task(t, task_loaders(cfg, bench, t))
+        evaluation = [evaluate_task(learner.model, learner.tii_head, learner.head, learner.task_prompts,
+                                    learner.class_to_task, i, learner.seen_mask(t),
+                                    task_loaders(cfg, bench, i).test, device, frozen_cache.get(i))
+                      for i in range(t + 1)]
+        for i, e in enumerate(evaluation):
+            frozen_cache[i] = e.frozen_features
+        tracker.record(t, evaluation, time.time() - start)
+        run.save_checkpoint(t, learner.state_dict(t))
+        run.write_metrics(tracker.metrics())
+        run.write_matrix_csv(tracker.cil)
+        log.info(tracker.summary_line(t))
+    return tracker.metrics()
+
+
+class MetricsTracker:
+    """Accuracy matrices (CIL, TIL, TII) and per-task times -> metrics.json content."""
+
+    def __init__(self, cfg: Config, bench, learner: HiDeNoRGaLearner, previous: Optional[dict]):
+        T = bench.num_tasks
+        self.cfg, self.bench, self.learner = cfg, bench, learner
+        prev = previous or {}
+        self.cil = prev.get("acc_matrix", empty_matrix(T))
+        self.til = prev.get("til_acc_matrix", empty_matrix(T))
+        self.tii = prev.get("tii_acc_matrix", empty_matrix(T))
+        self.times = prev.get("task_seconds", [])
+        self.done = prev.get("completed_tasks", 0)
+
+    def record(self, task: int, evaluation, seconds: float) -> None:
+        for i, e in enumerate(evaluation):
+            self.cil[i][task], self.til[i][task], self.tii[i][task] = e.cil_accuracy, e.til_accuracy, e.tii_accuracy
+        self.times = self.times[:task] + [seconds]
+        self.done = task + 1
+
+    def _block(self, rows):
+        return [row[: self.done] for row in rows[: self.done]]
+
+    def metrics(self) -> dict:
+        scores = summarize(self._block(self.cil)) if self.done else {}
+        til = summarize(self._block(self.til)) if self.done else {}
+        m = self.cfg.model
+        return {
+            **scores,
+            "acc_matrix": self.cil,
+            "til_FA": til.get("FA"),
+            "til_acc_matrix": self.til,
+            "tii_accuracy": [self.tii[i][self.done - 1] for i in range(self.done)],
+            "tii_acc_matrix": self.tii,
+            "completed_tasks": self.done,
+            "num_tasks": self.bench.num_tasks,
+            "task_seconds": self.times,
+            "seed": self.cfg.seed,
+            "class_order": list(self.bench.class_order),
+            "task_classes": self.bench.task_classes,
+            "data": self.bench.info(),
+            "backbone": {"preset": m.preset, "name": m.name, "checkpoint": m.checkpoint,
+                         "checkpoint_sha256_16": checkpoint_id(m.checkpoint), "pretrained": m.pretrained},
+            "gate": {"name": m.gate, "activation": m.activation if m.gate == "norga" else None,
+                     **self.learner.gate_values()},
+            "versions": {"python": platform.python_version(), "torch": torch.__version__,
+                         "timm": timm.__version__, "torchvision": torchvision.__version__,
+                         "numpy": numpy.__version__},
+        }
+
+    def summary_line(self, t: int) -> str:
+        s = summarize(self._block(self.cil))
+        tii = sum(self.tii[i][t] for i in range(t + 1)) / (t + 1)
+        return (f"task {t + 1}/{self.bench.num_tasks}: acc on this task {self.cil[t][t]:.4f}, "
+                f"running FA {s['FA']:.4f}, TII acc {tii:.4f}, time {self.times[t]:.1f}s")
+
+
+def load_run_config(run_dir: Path) -> Config:
+    raw = RunDir(run_dir).read_config()
+    if raw is None:
+        raise FileNotFoundError(f"{run_dir} has no config.yaml: is it a norga run directory?")
+    return from_dict(Config, raw, "")
+
+
+def evaluate_run(run_dir: Path) -> dict:
+    """Recompute the accuracy matrix of a (partial) run from its per-task checkpoints."""
+    run = RunDir(run_dir)
+    cfg = load_run_config(run_dir)
+    done = run.completed_tasks()
+    if done == 0:
+        raise FileNotFoundError(f"{run_dir} has no completed task checkpoint yet")
+    device = resolve_device(cfg.device)
+    model = build_model(cfg)
+    bench = build_data(cfg, model)
+    learner = HiDeNoRGaLearner(model, bench.task_classes, cfg, device)
+    tracker = MetricsTracker(cfg, bench, learner, None)
+    cache: dict = {}
+    for t in range(done):
+        learner.load_state_dict(run.load_checkpoint(t), with_stats=False)
+        evaluation = [evaluate_task(model, learner.tii_head, learner.head, learner.task_prompts,
+                                    learner.class_to_task, i, learner.seen_mask(t),
+                                    task_loaders(cfg, bench, i).test, device, cache.get(i)) for i in range(t + 1)]
+        for i, e in enumerate(evaluation):
+            cache[i] = e.frozen_features
+        tracker.record(t, evaluation, 0.0)
+    return tracker.metrics()

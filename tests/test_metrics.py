@@ -1,0 +1,40 @@
+"""Metrics on hand-made accuracy matrices (values checked by hand)."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from norga.metrics import summarize
+
+# S[i][t]: accuracy on task i after task t (None where t < i)
+S = [
+    [0.9, 0.8, 0.7],
+    [None, 0.6, 0.5],
+    [None, None, 0.4],
+]
+
+
+def test_fa_ca_fm_bwt_by_hand():
+    m = summarize(S)
+    assert math.isclose(m["FA"], (0.7 + 0.5 + 0.4) / 3)
+    # A_0 = 0.9, A_1 = (0.8 + 0.6) / 2 = 0.7, A_2 = (0.7 + 0.5 + 0.4) / 3
+    assert math.isclose(m["CA"], (0.9 + 0.7 + 1.6 / 3) / 3)
+    # FM: task 0 max over t<2 is 0.9 -> drop 0.2; task 1 max 0.6 -> drop 0.1
+    assert math.isclose(m["FM"], (0.2 + 0.1) / 2)
+    # BWT: (0.7 - 0.9 + 0.5 - 0.6) / 2
+    assert math.isclose(m["BWT"], -0.15)
+
+
+def test_fa_is_the_mean_of_the_last_column_over_tasks_not_samples():
+    m = summarize([[1.0, 0.0], [None, 0.5]])
+    assert math.isclose(m["FA"], 0.25)
+    assert math.isclose(m["FM"], 1.0)
+
+
+def test_single_task_and_bad_matrices():
+    assert summarize([[0.42]]) == {"FA": 0.42, "CA": 0.42, "FM": 0.0, "BWT": 0.0}
+    with pytest.raises(ValueError, match="square"):
+        summarize([[0.1, 0.2]])
+    with pytest.raises(ValueError, match="missing entries"):
+        summarize([[0.1, None], [None, 0.2]])
