@@ -11,6 +11,8 @@ from pathlib import Path
 from norga.config import ConfigError, load_config
 from norga.continual import dry_run, run_training
 from norga.continual.runner import RunConfigMismatch
+from norga.data import DataError
+from norga.models.backbone import CheckpointError
 
 
 def main(argv=None) -> int:
@@ -31,7 +33,7 @@ def main(argv=None) -> int:
             return 0
         out = Path(args.output_dir or Path("runs") / Path(args.config).stem)
         metrics = run_training(cfg, out, force=args.force)
-    except (ConfigError, RunConfigMismatch) as err:
+    except (ConfigError, RunConfigMismatch, DataError, CheckpointError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(f"FA {metrics['FA']:.4f}  CA {metrics['CA']:.4f}  FM {metrics['FM']:.4f}  -> {out}/metrics.json")

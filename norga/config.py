@@ -52,7 +52,7 @@ class ModelConfig:
     pretrained: bool = _f(False)
     timm_kwargs: Dict[str, Any] = _f({})
     prompt_layers: List[int] = _f([0, 1, 2, 3, 4])
-    prompt_length: int = _f(5, ge=1)
+    prompt_length: int = _f(5, ge=0)  # 0: no prompts (frozen-backbone reference with the same TII/TAP)
     gate: str = _f("norga")
     activation: str = _f("tanh", choices=("tanh", "sigmoid", "gelu"))
 

@@ -21,9 +21,9 @@ def test_shipped_benchmark_configs_follow_the_reference():
     assert (cifar.wtp.epochs, cifar.wtp.lr, cifar.wtp.schedule, cifar.wtp.milestones) == (50, 0.03, "step", [30])
     assert (cifar.model.gate, cifar.model.activation, cifar.model.prompt_length) == ("norga", "sigmoid", 5)
     assert (cifar.tap.lr, cifar.tap.epochs, cifar.tii.align_epochs) == (0.05, 80, 30)
-    five = load_config(CONFIGS[0].parent / "five_datasets_hideprompt.yaml")
-    assert (five.model.gate, five.tii.mlp_ratios, five.wtp.grad_clip, five.model.prompt_length) == (
-        "linear", [4, 4], 2.0, 40)
+    hide = load_config(CONFIGS[0].parent / "cifar100_hideprompt.yaml")
+    assert (hide.model.gate, hide.tii.mlp_ratios, hide.wtp.grad_clip, hide.model.prompt_length) == (
+        "linear", [2], 1.0, 5)
 
 
 def test_overrides_and_strict_types(tmp_path):

@@ -39,10 +39,13 @@ def predict_tasks(tii_head: nn.Module, frozen: Tensor, seen: Tensor, class_to_ta
 
 
 @torch.no_grad()
-def evaluate_task(model: nn.Module, tii_head: nn.Module, head: nn.Module, task_prompts: Tensor,
+def evaluate_task(model: nn.Module, tii_head: nn.Module, head: nn.Module, task_prompts: Optional[Tensor],
                   class_to_task: Tensor, task: int, seen: Tensor, loader, device,
                   frozen_cache: Optional[Tensor] = None) -> TaskEvaluation:
-    """Accuracies on one task's test ``loader`` (fixed order); ``task_prompts`` (T, P, 2, L, H, Dh)."""
+    """Accuracies on one task's test ``loader`` (fixed order); ``task_prompts`` (T, P, 2, L, H, Dh).
+
+    ``task_prompts=None`` evaluates the no-prompt reference (frozen features only).
+    """
     model.eval()
     head.eval()
     task_classes = class_to_task.to(device) == task
@@ -57,10 +60,10 @@ def evaluate_task(model: nn.Module, tii_head: nn.Module, head: nn.Module, task_p
         offset += len(y)
         frozen_all.append(frozen.cpu())
         tasks = predict_tasks(tii_head, frozen, seen, class_to_task)
-        feats = model(x, task_prompts[tasks])
+        feats = model(x, task_prompts[tasks]) if task_prompts is not None else frozen
         counts["cil"] += (masked_logits(head(feats), seen).argmax(1) == y).sum().item()
         wrong_task = tasks != task
-        if wrong_task.any():
+        if wrong_task.any() and task_prompts is not None:
             true_prompt = task_prompts[task].expand(int(wrong_task.sum()), *task_prompts.shape[1:])
             feats[wrong_task] = model(x[wrong_task], true_prompt)
         counts["til"] += (masked_logits(head(feats), task_classes).argmax(1) == y).sum().item()

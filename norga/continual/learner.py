@@ -63,9 +63,10 @@ class HiDeNoRGaLearner:
         for t, classes in enumerate(self.task_classes):
             self.class_to_task[classes] = t
         dim = model.embed_dim
-        self.pool = PromptPool(self.num_tasks, len(model.prompt_layers), cfg.model.prompt_length,
-                               model.num_heads, model.head_dim).to(device)
-        self.task_prompts = torch.zeros(self.num_tasks, *self.pool.shape, device=device)
+        self.prompted = cfg.model.prompt_length > 0 and len(model.prompt_layers) > 0
+        shape = model.prompt_shape(max(cfg.model.prompt_length, 1))
+        self.pool = PromptPool(self.num_tasks, *shape[:1], *shape[2:]).to(device) if self.prompted else None
+        self.task_prompts = torch.zeros(self.num_tasks, *shape, device=device) if self.prompted else None
         self.head = torch.nn.Linear(dim, self.num_classes).to(device)
         self.tii_head = TaskIdentityHead(dim, self.num_classes, cfg.tii.mlp_ratios).to(device)
         s = cfg.stats
@@ -98,10 +99,15 @@ class HiDeNoRGaLearner:
         frozen, labels = extract_features(self.model, loaders.train_plain, self.device, desc="frozen feats")
         self._add_statistics(self.uninstructed, frozen, labels, task)
         self._train_tii(task, loaders, frozen, labels)
-        self._train_wtp(task, loaders, classes)
-        prompt = self.task_prompts[task]
-        prompted, labels = extract_features(self.model, loaders.train_plain, self.device, prompt, "prompted feats")
-        self._add_statistics(self.instructed, prompted, labels, task)
+        if self.prompted:
+            self._train_wtp(task, loaders, classes)
+            prompt = self.task_prompts[task]
+            frozen, labels = extract_features(self.model, loaders.train_plain, self.device, prompt, "prompted feats")
+        else:  # reference without prompts: the head learns on frozen features
+            train_tii_on_features(self.head, frozen, labels, classes, self.num_classes, cfg.wtp.epochs,
+                                  self._lr(cfg.wtp.lr, cfg.wtp.batch_size) * cfg.wtp.head_lr_scale,
+                                  cfg.wtp.batch_size, task_generator(cfg.seed, task, 4), self.device)
+        self._add_statistics(self.instructed, frozen, labels, task)
         align_head(self.head, self.instructed, self.seen_classes(task), self.num_classes, cfg.tap.epochs,
                    cfg.tap.lr, cfg.tap.samples_per_class, cfg.tap.batch_size, task_generator(cfg.seed, task, 3),
                    self.device, "TAP")
@@ -145,8 +151,8 @@ class HiDeNoRGaLearner:
         pick = lambda store: {k: v for k, v in store.state_dict()["stats"].items() if k in classes}
         return {
             "task": task,
-            "prompts": self.pool.state_dict(),
-            "task_prompts": self.task_prompts.cpu(),
+            "prompts": self.pool.state_dict() if self.prompted else None,
+            "task_prompts": self.task_prompts.cpu() if self.prompted else None,
             "gates": {f"{i}": a.prefix_gate.state_dict() for i, a in enumerate(self.model.prefix_attentions)},
             "head": self.head.state_dict(),
             "tii_head": self.tii_head.state_dict(),
@@ -156,8 +162,11 @@ class HiDeNoRGaLearner:
         }
 
     def load_state_dict(self, state: dict, with_stats: bool = True) -> None:
-        self.pool.load_state_dict(state["prompts"])
-        self.task_prompts.copy_(state["task_prompts"].to(self.device))
+        if self.prompted:
+            self.pool.load_state_dict(state["prompts"])
+            self.task_prompts.copy_(state["task_prompts"].to(self.device))
+            for p in self.pool.prompts:
+                p.requires_grad_(False)
         for i, attn in enumerate(self.model.prefix_attentions):
             attn.prefix_gate.load_state_dict(state["gates"][f"{i}"])
         self.head.load_state_dict(state["head"])
@@ -165,8 +174,6 @@ class HiDeNoRGaLearner:
         if with_stats:
             self.uninstructed.stats.update({int(k): v for k, v in state["uninstructed_stats"].items()})
             self.instructed.stats.update({int(k): v for k, v in state["instructed_stats"].items()})
-        for p in self.pool.prompts:
-            p.requires_grad_(False)
         self.model.freeze_gates()
 
     def gate_values(self) -> Dict[str, List[float]]:

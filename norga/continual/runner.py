@@ -24,7 +24,7 @@ from ..metrics import empty_matrix, summarize
 from ..models import PromptedViT
 from ..models.backbone import backbone_data_config, build_backbone
 from .evaluate import evaluate_task
-from .learner import HiDeNoRGaLearner, TaskLoaders, task_generator
+from .learner import HiDeNoRGaLearner, TaskLoaders, seed_everything, task_generator
 from .rundir import RunDir
 
 
@@ -41,6 +41,8 @@ def resolve_device(name: str) -> torch.device:
 
 
 def build_model(cfg: Config) -> PromptedViT:
+    """Backbone + prefix attention; seeded, so random-init backbones are identical across resumes."""
+    seed_everything(cfg.seed)
     m = cfg.model
     kwargs = dict(m.timm_kwargs)
     if cfg.data.image_size is not None:

@@ -18,7 +18,7 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from .gaussian import GaussianStore
-from .heads import class_mask, masked_logits
+from .heads import class_mask
 
 PrefixFn = Callable[[Tensor], Optional[Tensor]]  # labels (B,) -> prefix (B, P, 2, L, H, Dh) or None
 
@@ -68,7 +68,7 @@ def train_tii_on_images(model: nn.Module, tii_head: nn.Module, loader, classes: 
             with torch.no_grad():
                 model.eval()
                 feats = model(x.to(device))
-            _step(optimizer, F.cross_entropy(masked_logits(tii_head(feats), allowed), y.to(device)))
+            _step(optimizer, masked_cross_entropy(tii_head(feats), y.to(device), allowed))
 
 
 def train_tii_on_features(tii_head: nn.Module, feats: Tensor, labels: Tensor, classes: Sequence[int],
@@ -79,7 +79,7 @@ def train_tii_on_features(tii_head: nn.Module, feats: Tensor, labels: Tensor, cl
     allowed = class_mask(num_classes, classes, device)
     for _ in tqdm(range(epochs), desc="TII", leave=False):
         for xb, yb in _batches(feats, labels, batch_size, generator):
-            _step(optimizer, F.cross_entropy(masked_logits(tii_head(xb.to(device)), allowed), yb.to(device)))
+            _step(optimizer, masked_cross_entropy(tii_head(xb.to(device)), yb.to(device), allowed))
 
 
 def align_head(head: nn.Module, store: GaussianStore, classes: Sequence[int], num_classes: int,
@@ -98,7 +98,7 @@ def align_head(head: nn.Module, store: GaussianStore, classes: Sequence[int], nu
     for _ in tqdm(range(epochs), desc=desc, leave=False):
         feats, labels = store.sample(classes, per_class, generator)
         for xb, yb in _batches(feats, labels, batch_size, generator):
-            _step(optimizer, F.cross_entropy(masked_logits(head(xb.to(device)), allowed), yb.to(device)))
+            _step(optimizer, masked_cross_entropy(head(xb.to(device)), yb.to(device), allowed))
         scheduler.step()
 
 
@@ -121,12 +121,23 @@ def train_wtp(model: nn.Module, head: nn.Module, prompt_fn: Callable[[], Tensor]
         for x, y in loader:
             x, y = x.to(device), y.to(device)
             feats = model(x, prompt_fn())
-            loss = F.cross_entropy(masked_logits(head(feats), allowed), y, label_smoothing=cfg.label_smoothing)
+            loss = masked_cross_entropy(head(feats), y, allowed, cfg.label_smoothing)
             if prototypes is not None and cfg.reg > 0:
                 loss = loss + cfg.reg * contrastive_regulariser(feats, prototypes, cfg.temperature)
             _step(optimizer, loss, trainable, cfg.grad_clip)
         scheduler.step()
     model.eval()
+
+
+def masked_cross_entropy(logits: Tensor, labels: Tensor, allowed: Tensor, label_smoothing: float = 0.0) -> Tensor:
+    """Cross-entropy over the ``allowed`` classes only (bool (C,)); other logits are dropped.
+
+    Equivalent to masking them with -inf, but finite with label smoothing.
+    """
+    position = torch.cumsum(allowed.long(), 0) - 1  # class id -> column among allowed classes
+    if not allowed[labels].all():
+        raise ValueError("a label lies outside the allowed classes")
+    return F.cross_entropy(logits[:, allowed], position[labels], label_smoothing=label_smoothing)
 
 
 def _step(optimizer, loss: Tensor, params: Optional[list] = None, clip: Optional[float] = None) -> None:

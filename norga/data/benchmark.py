@@ -1,0 +1,140 @@
+"""Class-incremental benchmarks: class order, task split, label remapping, per-task datasets.
+
+Labels are remapped so that label = position in ``class_order``; task t owns
+the contiguous range of remapped labels ``task_classes[t]``.
+"""
+from __future__ import annotations
+
+from typing import List, Optional, Sequence, Union
+
+import numpy as np
+from PIL import Image
+from torch.utils.data import Dataset
+
+from .sources import SOURCES, DataError, RawData
+from .transforms import build_transforms
+
+BENCHMARKS = SOURCES  # registry: name -> source function
+
+
+class ArrayImageDataset(Dataset):
+    """uint8 images (N, H, W[, 3]) + labels -> (transformed image tensor, label)."""
+
+    def __init__(self, images: np.ndarray, labels: np.ndarray, transform):
+        self.images, self.labels, self.transform = images, labels, transform
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, i: int):
+        img = Image.fromarray(self.images[i]).convert("RGB")  # grayscale -> 3 channels
+        return self.transform(img), int(self.labels[i])
+
+
+def resolve_class_order(order: Union[str, Sequence[int]], num_classes: int, seed: int) -> List[int]:
+    if isinstance(order, str):
+        if order == "natural":
+            return list(range(num_classes))
+        if order == "seed":
+            return np.random.RandomState(seed).permutation(num_classes).tolist()
+        raise DataError(f"class_order must be 'seed', 'natural' or a list of class ids, got {order!r}")
+    order = [int(c) for c in order]
+    if sorted(order) != list(range(num_classes)):
+        raise DataError(f"explicit class_order must be a permutation of 0..{num_classes - 1}")
+    return order
+
+
+def split_tasks(num_classes: int, num_tasks: int, classes_per_task: Optional[int],
+                first_task_classes: Optional[int]) -> List[List[int]]:
+    """Remapped class ids per task, e.g. 100 classes / 10 tasks -> [[0..9], [10..19], ...]."""
+    first = first_task_classes
+    if first is None:
+        per = classes_per_task or num_classes // num_tasks
+        if per * num_tasks != num_classes:
+            raise DataError(f"{num_classes} classes cannot be split into {num_tasks} tasks of "
+                            f"{classes_per_task or num_classes / num_tasks} classes; set data.classes_per_task")
+        sizes = [per] * num_tasks
+    else:
+        rest = num_classes - first
+        if num_tasks < 2 or rest % (num_tasks - 1):
+            raise DataError(f"after a first task of {first} classes, {rest} classes do not split evenly "
+                            f"into {num_tasks - 1} tasks")
+        sizes = [first] + [rest // (num_tasks - 1)] * (num_tasks - 1)
+    bounds = np.cumsum([0] + sizes)
+    return [list(range(bounds[t], bounds[t + 1])) for t in range(num_tasks)]
+
+
+class Benchmark:
+    """Tasks of a class-incremental benchmark built from raw arrays."""
+
+    def __init__(self, name: str, raw: RawData, task_classes, class_order, image_size, mean, std, info):
+        self.name, self.raw, self.task_classes, self.class_order = name, raw, task_classes, class_order
+        self.num_tasks = len(task_classes)
+        self.num_classes = sum(len(c) for c in task_classes)
+        remap = np.empty(len(class_order), dtype=np.int64)
+        remap[np.asarray(class_order)] = np.arange(len(class_order))
+        self._train_y, self._test_y = remap[raw.train_y], remap[raw.test_y]
+        names = raw.class_names
+        self.class_names = [names[c] for c in class_order] if names else None
+        self._train_tf = build_transforms(image_size, mean, std, train=True)
+        self._test_tf = build_transforms(image_size, mean, std, train=False)
+        self._info = info
+
+    def _subset(self, images, labels, task: int, transform):
+        if not 0 <= task < self.num_tasks:
+            raise IndexError(f"task {task} out of range for {self.num_tasks} tasks")
+        idx = np.flatnonzero(np.isin(labels, self.task_classes[task]))
+        return ArrayImageDataset(images[idx], labels[idx], transform)
+
+    def train_set(self, task: int, train_transform: bool = True) -> Dataset:
+        tf = self._train_tf if train_transform else self._test_tf
+        return self._subset(self.raw.train_x, self._train_y, task, tf)
+
+    def test_set(self, task: int) -> Dataset:
+        return self._subset(self.raw.test_x, self._test_y, task, self._test_tf)
+
+    def summary(self) -> str:
+        lines = [f"{self.name}: {self.num_classes} classes in {self.num_tasks} tasks"]
+        for t, classes in enumerate(self.task_classes):
+            n_train = int(np.isin(self._train_y, classes).sum())
+            n_test = int(np.isin(self._test_y, classes).sum())
+            shown = [self.class_names[c] if self.class_names else self.class_order[c] for c in classes]
+            lines.append(f"  task {t}: {len(classes)} classes, {n_train} train / {n_test} test: {shown}")
+        return "\n".join(lines)
+
+    def info(self) -> dict:
+        return {"name": self.name, "num_classes": self.num_classes, "class_order": self.class_order,
+                "task_sizes": [len(c) for c in self.task_classes], **self._info}
+
+
+def _per_class_subsample(x, y, n: Optional[int], seed: int):
+    if n is None:
+        return x, y
+    rng = np.random.RandomState(seed)
+    keep = np.concatenate([rng.permutation(np.flatnonzero(y == c))[:n] for c in np.unique(y)])
+    keep.sort()
+    return x[keep], y[keep]
+
+
+def build_benchmark(name: str, root, num_tasks: int, classes_per_task: Optional[int] = None,
+                    first_task_classes: Optional[int] = None, class_order: Union[str, Sequence[int]] = "seed",
+                    seed: int = 0, image_size: int = 224, mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5),
+                    download: bool = False, train_per_class: Optional[int] = None,
+                    test_per_class: Optional[int] = None, options: Optional[dict] = None) -> Benchmark:
+    """Read (and check) the data now, before any training; raises DataError with the fix."""
+    if name not in SOURCES:
+        raise DataError(f"unknown benchmark {name!r}; registered: {sorted(SOURCES)}")
+    raw = SOURCES[name](root, download, dict(options or {}))
+    raw.train_x, raw.train_y = _per_class_subsample(raw.train_x, raw.train_y, train_per_class, seed)
+    raw.test_x, raw.test_y = _per_class_subsample(raw.test_x, raw.test_y, test_per_class, seed + 1)
+    num_classes = int(max(raw.train_y.max(), raw.test_y.max())) + 1
+    missing = sorted(set(range(num_classes)) - set(np.unique(raw.train_y).tolist()))
+    if missing:
+        raise DataError(f"{name} under {root}: classes {missing[:10]} have no training images")
+    order = resolve_class_order(class_order, num_classes, seed)
+    tasks = split_tasks(num_classes, num_tasks, classes_per_task, first_task_classes)
+    info = {"train_per_class": train_per_class, "test_per_class": test_per_class,
+            "num_train": int(len(raw.train_y)), "num_test": int(len(raw.test_y))}
+    return Benchmark(name, raw, tasks, order, image_size, mean, std, info)
+
+

@@ -1,0 +1,160 @@
+"""End-to-end pipeline on the smoke config: files, metrics, freezing, determinism, resume, learning."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from norga.config import load_config
+from norga.continual.evaluate import evaluate_task
+from norga.continual.rundir import RunDir
+from norga.data import DataError
+
+REPO = Path(__file__).resolve().parents[1]
+SMOKE = REPO / "configs" / "smoke.yaml"
+ENV = {**os.environ, "OMP_NUM_THREADS": "2", "PYTHONPATH": str(REPO)}
+
+
+def train(out: Path, *extra: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, str(REPO / "train.py"), "--config", str(SMOKE), "--output-dir", str(out), *extra]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=ENV, cwd=REPO)
+
+
+def comparable(metrics: dict) -> dict:
+    return {k: v for k, v in metrics.items() if k != "task_seconds"}
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("runs") / "smoke"
+    result = train(out)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return out
+
+
+def test_smoke_run_writes_every_file_and_consistent_metrics(smoke_run):
+    for name in ("config.yaml", "metrics.json", "acc_matrix.csv", "log.txt"):
+        assert (smoke_run / name).is_file(), name
+    assert sorted(p.name for p in (smoke_run / "checkpoints").iterdir()) == [f"task_0{i}.pt" for i in range(3)]
+    m = json.loads((smoke_run / "metrics.json").read_text())
+    S = m["acc_matrix"]
+    assert m["completed_tasks"] == m["num_tasks"] == 3
+    assert all(S[i][t] is None for i in range(3) for t in range(i))
+    assert m["FA"] == pytest.approx(sum(S[i][2] for i in range(3)) / 3)
+    assert m["CA"] == pytest.approx((S[0][0] + (S[0][1] + S[1][1]) / 2 + m["FA"]) / 3)
+    assert all(0.0 <= v <= 1.0 for v in (m["FA"], m["CA"], m["FM"], m["til_FA"]))
+    assert len(m["tii_accuracy"]) == 3 and len(m["task_seconds"]) == 3
+    assert sorted(c for task in m["task_classes"] for c in task) == list(range(30))
+    csv_rows = (smoke_run / "acc_matrix.csv").read_text().splitlines()
+    assert len(csv_rows) == 4 and csv_rows[3].startswith("2,,,")
+
+
+def test_stages_learn_on_synthetic_data(smoke_run):
+    m = json.loads((smoke_run / "metrics.json").read_text())
+    assert m["FA"] > 0.9, m["acc_matrix"]
+    assert min(m["tii_accuracy"]) > 0.9
+
+
+def test_gates_train_on_task_one_then_freeze_and_old_prompts_never_change(smoke_run):
+    run = RunDir(smoke_run)
+    states = [run.load_checkpoint(t) for t in range(3)]
+    gates = [s["gates"] for s in states]
+    assert any(float(g["alpha"]) != 1.0 for g in gates[0].values())  # trained during task 1
+    for later in gates[1:]:
+        for layer, g in later.items():
+            assert torch.equal(g["alpha"], gates[0][layer]["alpha"]) and torch.equal(g["tau"], gates[0][layer]["tau"])
+    for t in range(3):
+        for later in states[t + 1:]:
+            assert torch.equal(later["prompts"][f"prompts.{t}"], states[t]["prompts"][f"prompts.{t}"])
+            assert torch.equal(later["task_prompts"][t], states[t]["task_prompts"][t])
+
+
+def test_same_seed_gives_identical_metrics(smoke_run, tmp_path):
+    again = tmp_path / "again"
+    assert train(again).returncode == 0
+    first = json.loads((smoke_run / "metrics.json").read_text())
+    second = json.loads((again / "metrics.json").read_text())
+    assert comparable(first) == comparable(second)
+
+
+def test_killed_and_resumed_run_equals_uninterrupted(smoke_run, tmp_path):
+    out = tmp_path / "interrupted"
+    cmd = [sys.executable, str(REPO / "train.py"), "--config", str(SMOKE), "--output-dir", str(out)]
+    proc = subprocess.Popen(cmd, env=ENV, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while not (out / "checkpoints" / "task_00.pt").exists() and time.time() < deadline:
+        time.sleep(0.05)
+    time.sleep(1.0)  # now inside task 2
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    partial = json.loads((out / "metrics.json").read_text())
+    assert 1 <= partial["completed_tasks"] < 3  # killed mid-run; metrics only describe completed tasks
+    resumed = train(out)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resuming after task" in (out / "log.txt").read_text()
+    final = json.loads((out / "metrics.json").read_text())
+    assert comparable(final) == comparable(json.loads((smoke_run / "metrics.json").read_text()))
+
+
+def test_resume_with_changed_config_needs_force(smoke_run, tmp_path):
+    result = train(smoke_run, "--set", "wtp.epochs=4")
+    assert result.returncode == 2 and "different config (changed: ['wtp.epochs'])" in result.stderr
+
+
+def test_eval_reproduces_the_training_metrics(smoke_run, tmp_path):
+    out = tmp_path / "eval.json"
+    result = subprocess.run([sys.executable, str(REPO / "eval.py"), "--run", str(smoke_run), "--output", str(out)],
+                            capture_output=True, text=True, env=ENV, cwd=REPO, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    trained = json.loads((smoke_run / "metrics.json").read_text())
+    evaluated = json.loads(out.read_text())
+    for key in ("acc_matrix", "til_acc_matrix", "tii_acc_matrix"):
+        assert evaluated[key] == trained[key]
+
+
+def test_prompt_choice_is_per_sample_not_per_batch(smoke_run):
+    """Accuracies are identical whether test samples come one by one or in mixed batches."""
+    from norga.continual.learner import HiDeNoRGaLearner
+    from norga.continual.runner import build_data, build_model
+
+    cfg = load_config(smoke_run / "config.yaml")
+    model = build_model(cfg)
+    bench = build_data(cfg, model)
+    learner = HiDeNoRGaLearner(model, bench.task_classes, cfg, torch.device("cpu"))
+    for t in range(3):
+        learner.load_state_dict(RunDir(smoke_run).load_checkpoint(t))
+    mixed = torch.utils.data.ConcatDataset([bench.test_set(i) for i in range(3)])
+    subset = torch.utils.data.Subset(mixed, list(range(0, len(mixed), 7)))
+    results = []
+    for batch_size in (1, len(subset)):
+        loader = torch.utils.data.DataLoader(subset, batch_size=batch_size)
+        e = evaluate_task(model, learner.tii_head, learner.head, learner.task_prompts, learner.class_to_task, 0,
+                          learner.seen_mask(2), loader, torch.device("cpu"))
+        results.append((e.cil_accuracy, e.tii_accuracy, e.til_accuracy))
+    assert results[0] == pytest.approx(results[1], abs=1e-9)
+
+
+def test_dry_run_smoke_prints_the_split(tmp_path):
+    result = train(tmp_path / "dry", "--dry-run")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "dry run OK" in result.stdout and not (tmp_path / "dry").exists()
+
+
+BENCH_CONFIGS = sorted(p for p in (REPO / "configs").glob("*.yaml") if p.stem != "smoke")
+
+
+@pytest.mark.parametrize("path", BENCH_CONFIGS, ids=[p.stem for p in BENCH_CONFIGS])
+def test_dry_run_reports_missing_data_clearly(path, tmp_path):
+    from norga.continual import dry_run
+
+    cfg = load_config(path, [f"data.root={tmp_path / 'nothing_here'}"])
+    with pytest.raises(DataError) as err:
+        dry_run(cfg)
+    assert str(tmp_path / "nothing_here") in str(err.value)
