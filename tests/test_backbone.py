@@ -99,3 +99,40 @@ def test_real_dinov2_weights_load_strictly(shared_dir):
     assert vit.pos_embed.shape[1] == 1 + 4 * 4
     with torch.no_grad():
         assert torch.isfinite(vit(torch.randn(1, 3, 56, 56))).all()
+
+
+def write_original_vit_npz(vit, path):
+    """Export a timm ViT in the original google-research ViT .npz naming (ViT-B_16.npz layout)."""
+    t = {k: v.detach().numpy() for k, v in vit.state_dict().items()}
+    H = vit.blocks[0].attn.num_heads
+    D = t["cls_token"].shape[-1]
+    out = {"embedding/kernel": t["patch_embed.proj.weight"].transpose(2, 3, 1, 0),
+           "embedding/bias": t["patch_embed.proj.bias"], "cls": t["cls_token"],
+           "Transformer/posembed_input/pos_embedding": t["pos_embed"],
+           "Transformer/encoder_norm/scale": t["norm.weight"], "Transformer/encoder_norm/bias": t["norm.bias"]}
+    for i in range(len(vit.blocks)):
+        b, p = f"blocks.{i}.", f"Transformer/encoderblock_{i}/"
+        out[p + "LayerNorm_0/scale"], out[p + "LayerNorm_0/bias"] = t[b + "norm1.weight"], t[b + "norm1.bias"]
+        out[p + "LayerNorm_2/scale"], out[p + "LayerNorm_2/bias"] = t[b + "norm2.weight"], t[b + "norm2.bias"]
+        for j, name in enumerate(("query", "key", "value")):
+            w = t[b + "attn.qkv.weight"][j * D : (j + 1) * D]
+            out[p + f"MultiHeadDotProductAttention_1/{name}/kernel"] = w.T.reshape(D, H, D // H)
+            out[p + f"MultiHeadDotProductAttention_1/{name}/bias"] = t[b + "attn.qkv.bias"][j * D : (j + 1) * D].reshape(H, -1)
+        out[p + "MultiHeadDotProductAttention_1/out/kernel"] = t[b + "attn.proj.weight"].reshape(D, H, -1).transpose(1, 2, 0)
+        out[p + "MultiHeadDotProductAttention_1/out/bias"] = t[b + "attn.proj.bias"]
+        for r in range(2):
+            out[p + f"MlpBlock_3/Dense_{r}/kernel"] = t[b + f"mlp.fc{r + 1}.weight"].T
+            out[p + f"MlpBlock_3/Dense_{r}/bias"] = t[b + f"mlp.fc{r + 1}.bias"]
+    np.savez(path, **out)
+
+
+def test_original_vit_npz_loads_exactly(tmp_path):
+    source = tiny(0)
+    write_original_vit_npz(source, tmp_path / "ViT-tiny.npz")
+    target = tiny(1)
+    load_checkpoint(target, tmp_path / "ViT-tiny.npz")
+    for (k, a), b in zip(source.state_dict().items(), target.state_dict().values()):
+        assert torch.allclose(a, b, atol=1e-6), k
+    (tmp_path / "broken.npz").write_bytes(b"junk")
+    with pytest.raises(CheckpointError, match="cannot load npz checkpoint"):
+        load_checkpoint(tiny(1), tmp_path / "broken.npz")
