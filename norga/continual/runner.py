@@ -136,6 +136,16 @@ def _diff_keys(a: dict, b: dict, prefix: str = "") -> list:
     return keys
 
 
+def evaluate_seen_tasks(learner: HiDeNoRGaLearner, cfg: Config, bench, task: int, frozen_cache: dict) -> list:
+    """Evaluate every task <= ``task``; frozen test features are cached across calls (frozen backbone)."""
+    evaluation = [evaluate_task(learner.model, learner.tii_head, learner.head, learner.task_prompts,
+                                learner.class_to_task, i, learner.seen_mask(task), task_loaders(cfg, bench, i).test,
+                                learner.device, frozen_cache.get(i)) for i in range(task + 1)]
+    for i, e in enumerate(evaluation):
+        frozen_cache[i] = e.frozen_features
+    return evaluation
+
+
 def run_training(cfg: Config, output_dir: Path, force: bool = False) -> dict:
     """Train (or resume) a full run into ``output_dir``; returns metrics.json content."""
     run = RunDir(output_dir)
@@ -156,12 +166,7 @@ def run_training(cfg: Config, output_dir: Path, force: bool = False) -> dict:
     for t in range(done, bench.num_tasks):
         start = time.time()
         learner.learn_task(t, task_loaders(cfg, bench, t))
-        evaluation = [evaluate_task(learner.model, learner.tii_head, learner.head, learner.task_prompts,
-                                    learner.class_to_task, i, learner.seen_mask(t),
-                                    task_loaders(cfg, bench, i).test, device, frozen_cache.get(i))
-                      for i in range(t + 1)]
-        for i, e in enumerate(evaluation):
-            frozen_cache[i] = e.frozen_features
+        evaluation = evaluate_seen_tasks(learner, cfg, bench, t, frozen_cache)
         tracker.record(t, evaluation, time.time() - start)
         run.save_checkpoint(t, learner.state_dict(t))
         run.write_metrics(tracker.metrics())
@@ -248,10 +253,6 @@ def evaluate_run(run_dir: Path) -> dict:
     cache: dict = {}
     for t in range(done):
         learner.load_state_dict(run.load_checkpoint(t), with_stats=False)
-        evaluation = [evaluate_task(model, learner.tii_head, learner.head, learner.task_prompts,
-                                    learner.class_to_task, i, learner.seen_mask(t),
-                                    task_loaders(cfg, bench, i).test, device, cache.get(i)) for i in range(t + 1)]
-        for i, e in enumerate(evaluation):
-            cache[i] = e.frozen_features
+        evaluation = evaluate_seen_tasks(learner, cfg, bench, t, cache)
         tracker.record(t, evaluation, 0.0)
     return tracker.metrics()

@@ -14,7 +14,6 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Iterator, List, Optional, Sequence
 
-import torch
 from torch import Tensor, nn
 
 from .gates import build_gate
