@@ -147,7 +147,7 @@ def test_dry_run_smoke_prints_the_split(tmp_path):
     assert "dry run OK" in result.stdout and not (tmp_path / "dry").exists()
 
 
-BENCH_CONFIGS = sorted(p for p in (REPO / "configs").glob("*.yaml") if p.stem != "smoke")
+BENCH_CONFIGS = sorted(p for p in (REPO / "configs").rglob("*.yaml") if p.stem != "smoke")
 
 
 @pytest.mark.parametrize("path", BENCH_CONFIGS, ids=[p.stem for p in BENCH_CONFIGS])
@@ -158,3 +158,29 @@ def test_dry_run_reports_missing_data_clearly(path, tmp_path):
     with pytest.raises(DataError) as err:
         dry_run(cfg)
     assert str(tmp_path / "nothing_here") in str(err.value)
+
+
+def test_feature_cache_changes_no_number_and_skips_forwards(smoke_run):
+    """A warm cache gives the same accuracies as a cold one, without running the backbone again."""
+    from norga.continual.evaluate import FeatureCache
+    from norga.continual.learner import HiDeNoRGaLearner
+    from norga.continual.runner import build_data, build_model, task_loaders
+
+    cfg = load_config(smoke_run / "config.yaml")
+    model = build_model(cfg)
+    bench = build_data(cfg, model)
+    learner = HiDeNoRGaLearner(model, bench.task_classes, cfg, torch.device("cpu"))
+    for t in range(3):
+        learner.load_state_dict(RunDir(smoke_run).load_checkpoint(t))
+    calls = []
+    model.register_forward_hook(lambda *args: calls.append(1))
+    cache = FeatureCache()
+    runs = []
+    for _ in range(2):
+        e = evaluate_task(model, learner.tii_head, learner.head, learner.task_prompts, learner.class_to_task, 1,
+                          learner.seen_mask(2), task_loaders(cfg, bench, 1).test, torch.device("cpu"), cache)
+        runs.append((e.cil_accuracy, e.til_accuracy, e.tii_accuracy, len(calls)))
+    cold = evaluate_task(model, learner.tii_head, learner.head, learner.task_prompts, learner.class_to_task, 1,
+                         learner.seen_mask(2), task_loaders(cfg, bench, 1).test, torch.device("cpu"))
+    assert runs[0][:3] == runs[1][:3] == (cold.cil_accuracy, cold.til_accuracy, cold.tii_accuracy)
+    assert runs[0][3] > 0 and runs[1][3] == runs[0][3], "the warm evaluation ran the backbone again"

@@ -23,7 +23,7 @@ from ..data import build_benchmark
 from ..metrics import empty_matrix, summarize
 from ..models import PromptedViT
 from ..models.backbone import backbone_data_config, build_backbone
-from .evaluate import evaluate_task
+from .evaluate import FeatureCache, evaluate_task
 from .learner import HiDeNoRGaLearner, TaskLoaders, seed_everything, task_generator
 from .rundir import RunDir
 
@@ -136,14 +136,11 @@ def _diff_keys(a: dict, b: dict, prefix: str = "") -> list:
     return keys
 
 
-def evaluate_seen_tasks(learner: HiDeNoRGaLearner, cfg: Config, bench, task: int, frozen_cache: dict) -> list:
-    """Evaluate every task <= ``task``; frozen test features are cached across calls (frozen backbone)."""
-    evaluation = [evaluate_task(learner.model, learner.tii_head, learner.head, learner.task_prompts,
-                                learner.class_to_task, i, learner.seen_mask(task), task_loaders(cfg, bench, i).test,
-                                learner.device, frozen_cache.get(i)) for i in range(task + 1)]
-    for i, e in enumerate(evaluation):
-        frozen_cache[i] = e.frozen_features
-    return evaluation
+def evaluate_seen_tasks(learner: HiDeNoRGaLearner, cfg: Config, bench, task: int, cache: FeatureCache) -> list:
+    """Evaluate every task <= ``task``; ``cache`` reuses test features across calls (see evaluate.py)."""
+    return [evaluate_task(learner.model, learner.tii_head, learner.head, learner.task_prompts,
+                          learner.class_to_task, i, learner.seen_mask(task), task_loaders(cfg, bench, i).test,
+                          learner.device, cache) for i in range(task + 1)]
 
 
 def run_training(cfg: Config, output_dir: Path, force: bool = False) -> dict:
@@ -162,11 +159,11 @@ def run_training(cfg: Config, output_dir: Path, force: bool = False) -> dict:
         log.info(f"resuming after task {done - 1} of {bench.num_tasks}")
     else:
         log.info(f"new run in {run.root}\n{bench.summary()}")
-    frozen_cache: dict = {}
+    cache = FeatureCache()
     for t in range(done, bench.num_tasks):
         start = time.time()
         learner.learn_task(t, task_loaders(cfg, bench, t))
-        evaluation = evaluate_seen_tasks(learner, cfg, bench, t, frozen_cache)
+        evaluation = evaluate_seen_tasks(learner, cfg, bench, t, cache)
         tracker.record(t, evaluation, time.time() - start)
         run.save_checkpoint(t, learner.state_dict(t))
         run.write_metrics(tracker.metrics())
@@ -250,7 +247,7 @@ def evaluate_run(run_dir: Path) -> dict:
     bench = build_data(cfg, model)
     learner = HiDeNoRGaLearner(model, bench.task_classes, cfg, device)
     tracker = MetricsTracker(cfg, bench, learner, None)
-    cache: dict = {}
+    cache = FeatureCache()
     for t in range(done):
         learner.load_state_dict(run.load_checkpoint(t), with_stats=False)
         evaluation = evaluate_seen_tasks(learner, cfg, bench, t, cache)

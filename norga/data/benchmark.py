@@ -11,6 +11,7 @@ import numpy as np
 from PIL import Image
 from torch.utils.data import Dataset
 
+from . import five_datasets, folders  # noqa: F401  (register their sources)
 from .sources import SOURCES, DataError, RawData
 from .transforms import build_transforms
 
@@ -18,7 +19,8 @@ BENCHMARKS = SOURCES  # registry: name -> source function
 
 
 class ArrayImageDataset(Dataset):
-    """uint8 images (N, H, W[, 3]) + labels -> (transformed image tensor, label)."""
+    """Images (uint8 (N, H, W[, 3]), or object array of per-image arrays / file paths) + labels
+    -> (transformed RGB image tensor, label)."""
 
     def __init__(self, images: np.ndarray, labels: np.ndarray, transform):
         self.images, self.labels, self.transform = images, labels, transform
@@ -27,7 +29,12 @@ class ArrayImageDataset(Dataset):
         return len(self.labels)
 
     def __getitem__(self, i: int):
-        img = Image.fromarray(self.images[i]).convert("RGB")  # grayscale -> 3 channels
+        item = self.images[i]
+        if isinstance(item, str):
+            with Image.open(item) as f:
+                img = f.convert("RGB")
+        else:
+            img = Image.fromarray(item).convert("RGB")  # grayscale -> 3 channels
         return self.transform(img), int(self.labels[i])
 
 
@@ -42,6 +49,42 @@ def resolve_class_order(order: Union[str, Sequence[int]], num_classes: int, seed
     if sorted(order) != list(range(num_classes)):
         raise DataError(f"explicit class_order must be a permutation of 0..{num_classes - 1}")
     return order
+
+
+def grouped_class_order(order: Union[str, Sequence[int]], groups: List[List[int]], seed: int) -> List[int]:
+    """Class order for benchmarks with fixed tasks (5-Datasets): classes never leave their group.
+
+    'natural' keeps the groups in order; 'seed' permutes classes within each group;
+    an explicit list must list each group's classes contiguously, groups in order.
+    """
+    if order == "natural":
+        return [c for g in groups for c in g]
+    if order == "seed":
+        rng = np.random.RandomState(seed)
+        return [int(c) for g in groups for c in rng.permutation(g)]
+    if isinstance(order, str):
+        raise DataError(f"class_order must be 'seed', 'natural' or a list of class ids, got {order!r}")
+    order, start = [int(c) for c in order], 0
+    for t, g in enumerate(groups):
+        if sorted(order[start:start + len(g)]) != sorted(g):
+            raise DataError(f"explicit class_order: positions {start}-{start + len(g) - 1} must be the classes "
+                            f"of fixed task {t} ({sorted(g)}) in any order")
+        start += len(g)
+    if start != len(order):
+        raise DataError(f"explicit class_order has {len(order)} entries, the benchmark has {start} classes")
+    return order
+
+
+def fixed_tasks(groups: List[List[int]], num_tasks: int, classes_per_task: Optional[int],
+                first_task_classes: Optional[int]) -> List[List[int]]:
+    """Remapped class ids per task for a benchmark whose tasks are fixed (one group each)."""
+    sizes = [len(g) for g in groups]
+    if num_tasks != len(groups) or first_task_classes is not None or (
+            classes_per_task is not None and any(s != classes_per_task for s in sizes)):
+        raise DataError(f"this benchmark has {len(groups)} fixed tasks of {sizes} classes; set data.num_tasks="
+                        f"{len(groups)}, leave classes_per_task unset (or {sizes[0]}) and first_task_classes unset")
+    bounds = np.cumsum([0] + sizes)
+    return [list(range(bounds[t], bounds[t + 1])) for t in range(len(groups))]
 
 
 def split_tasks(num_classes: int, num_tasks: int, classes_per_task: Optional[int],
@@ -131,10 +174,14 @@ def build_benchmark(name: str, root, num_tasks: int, classes_per_task: Optional[
     missing = sorted(set(range(num_classes)) - set(np.unique(raw.train_y).tolist()))
     if missing:
         raise DataError(f"{name} under {root}: classes {missing[:10]} have no training images")
-    order = resolve_class_order(class_order, num_classes, seed)
-    tasks = split_tasks(num_classes, num_tasks, classes_per_task, first_task_classes)
+    if raw.task_groups:
+        order = grouped_class_order(class_order, raw.task_groups, seed)
+        tasks = fixed_tasks(raw.task_groups, num_tasks, classes_per_task, first_task_classes)
+    else:
+        order = resolve_class_order(class_order, num_classes, seed)
+        tasks = split_tasks(num_classes, num_tasks, classes_per_task, first_task_classes)
     info = {"train_per_class": train_per_class, "test_per_class": test_per_class,
-            "num_train": int(len(raw.train_y)), "num_test": int(len(raw.test_y))}
+            "num_train": int(len(raw.train_y)), "num_test": int(len(raw.test_y)), **raw.info}
     return Benchmark(name, raw, tasks, order, image_size, mean, std, info)
 
 

@@ -5,7 +5,7 @@ A source is a function ``(root, download, options) -> RawData`` registered in
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
@@ -18,11 +18,21 @@ class DataError(FileNotFoundError):
 
 @dataclass
 class RawData:
-    train_x: np.ndarray  # (N, H, W, 3) or (N, H, W) uint8
+    """Images and labels of a dataset.
+
+    ``*_x``: uint8 arrays (N, H, W, 3) or (N, H, W), or object arrays (N,) whose
+    items are image file paths (decoded lazily) or per-image uint8 arrays.
+    ``task_groups``: original labels per task when the benchmark fixes its tasks
+    (5-Datasets: one dataset per task); ``info``: extra facts for metrics.json.
+    """
+
+    train_x: np.ndarray
     train_y: np.ndarray  # (N,) int64
     test_x: np.ndarray
     test_y: np.ndarray
     class_names: Optional[List[str]] = None
+    task_groups: Optional[List[List[int]]] = None
+    info: Dict[str, object] = field(default_factory=dict)
 
 
 SOURCES: Dict[str, Callable[..., RawData]] = {}
