@@ -90,3 +90,37 @@ def test_real_cifar100_npz(shared_dir):
     bench = build_benchmark("array", path, 10, image_size=32)
     assert bench.info()["num_train"] == 50_000 and bench.info()["num_test"] == 10_000
     assert bench.num_classes == 100 and len(bench.test_set(3)) == 1000
+
+
+def test_test_transform_is_resize_center_crop_normalise_by_hand():
+    import torch
+    from PIL import Image
+
+    from norga.data import build_transforms
+
+    pixels = np.random.RandomState(0).randint(0, 256, (40, 60, 3), dtype=np.uint8)
+    mean, std = (0.5, 0.4, 0.3), (0.2, 0.25, 0.3)
+    out = build_transforms(32, mean, std, train=False)(Image.fromarray(pixels))
+    # by hand: shorter side to round(256/224 * 32) = 37 (so 55 x 37), centre crop 32 x 32, /255, normalise
+    resized = np.asarray(Image.fromarray(pixels).resize((55, 37), Image.BILINEAR), dtype=np.float32) / 255
+    top, left = int(round((37 - 32) / 2)), int(round((55 - 32) / 2))
+    crop = torch.from_numpy(resized[top:top + 32, left:left + 32]).permute(2, 0, 1)
+    expected = (crop - torch.tensor(mean)[:, None, None]) / torch.tensor(std)[:, None, None]
+    assert out.shape == (3, 32, 32)
+    assert torch.allclose(out, expected, atol=1e-6)
+
+
+def test_train_transform_is_random_but_seeded():
+    import torch
+    from PIL import Image
+
+    from norga.data import build_transforms
+
+    img = Image.fromarray(np.random.RandomState(1).randint(0, 256, (48, 48, 3), dtype=np.uint8))
+    tf = build_transforms(24, (0.5,) * 3, (0.5,) * 3, train=True)
+    torch.manual_seed(0)
+    a, b = tf(img), tf(img)
+    torch.manual_seed(0)
+    again = tf(img)
+    assert a.shape == (3, 24, 24) and not torch.equal(a, b) and torch.equal(a, again)
+    assert a.min() >= -1 - 1e-6 and a.max() <= 1 + 1e-6  # (x - 0.5) / 0.5 of x in [0, 1]
