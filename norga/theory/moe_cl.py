@@ -145,11 +145,8 @@ def figure2(args) -> dict:
 
 def figure5(args) -> dict:
     """Appendix A.4 runs (CNN experts on MNIST digits 1/4/7)."""
-    import torch
+    from norga.theory.moe_cl_mnist import DIGITS, MnistConfig, load_mnist, run_figure5
 
-    from norga.theory.moe_cl_mnist import MnistConfig, load_mnist, run_figure5
-
-    torch.set_num_threads(1)
     data = load_mnist(args.mnist)
     cfg = MnistConfig(epochs=args.epochs)
     Ms = [1, 4, 7]
@@ -159,7 +156,7 @@ def figure5(args) -> dict:
     runs = run_figure5(data, cfg, Ms, seeds)
     results: dict = {m: {} for m in MODES}
     curves: dict = {m: {} for m in MODES}
-    digit_index = {1: 0, 4: 1, 7: 2}
+    digit_index = {d: i for i, d in enumerate(DIGITS)}  # digit -> cluster
     for mode in MODES:
         for M in Ms:
             rs = runs[mode][M]
