@@ -9,19 +9,34 @@ import pytest
 import torch
 
 from norga.models.gates import LinearGate, NoRGaGate
-from norga.theory.gating_rates import GATE_NAMES, METRICS, Config, main, run, simulate_one_n
+from norga.theory.gating_rates import GATE_NAMES, METRICS, PARTS, Config, Suite, main, run, simulate_one_n
 from norga.theory.gating_rates_fit import (default_box, fit_lm, init_atoms, split_moves, to_free,
                                            to_theta)
 from norga.theory.gating_rates_loss import (bootstrap_slope, loglog_slope, loss_eq17, loss_eq23,
                                             parameter_errors, voronoi_cells)
+from norga.theory.gating_rates_identifiability import (def42_functions, independence_ratio,
+                                                       merge_coincident, pde_residual)
 from norga.theory.gating_rates_model import (default_truth, embed_truth, make_gate, pretrained_sums,
-                                             regression_fn, regression_jacobian, sample_inputs)
+                                             regression_fn, regression_jacobian, sample_inputs,
+                                             single_atom_truth)
+from norga.theory.gating_rates_omega import eq17_single_cell, measure_on_sphere, omega_ratio
+from norga.theory.gating_rates_paths import Grid, path_distances
+from norga.theory.gating_rates_twopoint import TwoPointConfig, closed_form, monte_carlo
 
 D = 2
 # true measure: two atoms, packed [beta1 (2), a (2), b]
 W_STAR = np.array([1.0, 2.0])
 ATOMS_STAR = np.array([[1.0, 0.0, 0.5, 0.5, 1.0],
                        [-1.0, 1.0, -0.5, 1.0, 0.0]])
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """The CLI runs single-threaded; batched LM on 2 shared cores is several times slower with 2 threads."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 # ----------------------------------------------------------------- Voronoi losses
@@ -180,27 +195,39 @@ def test_fits_are_seeded_and_repeatable():
 
 # ----------------------------------------------------------------- end to end
 def test_quick_pipeline_end_to_end(tmp_path):
-    cfg = Config.quick()
-    results = run(cfg, tmp_path, log=lambda *_: None)
+    suite = Suite.quick(ls=Config.quick(gates=("linear", "tanh"), ns=(100, 400)))
+    results = run(suite, tmp_path, log=lambda *_: None)
     on_disk = json.loads((tmp_path / "results.json").read_text())
-    assert set(on_disk) == set(GATE_NAMES) == set(results)
+    assert set(PARTS) <= set(on_disk) and set(on_disk["least_squares"]) == {"gelu", "affine"}
     assert (tmp_path / "rates.png").stat().st_size > 10_000
-    assert json.loads((tmp_path / "setup.json").read_text())["config"]["reps"] == cfg.reps
-    for gate, res in on_disk.items():
-        assert res["n"] == list(cfg.ns)
-        for m in METRICS:
-            assert len(res["mean"][m]) == len(cfg.ns)
-            assert all(len(v) == cfg.reps for v in res["values"][m])
-        for m in ("voronoi_eq17", "voronoi_eq23_r1", "voronoi_eq23_r2", "regression_l2"):
-            assert all(math.isfinite(v) for v in res["mean"][m]), (gate, m)
-        assert math.isfinite(res["slope"]) and len(res["slope_ci"]) == 2
-        reg = res["mean"]["regression_l2"]
-        assert reg[-1] < reg[0], f"{gate}: regression error did not decrease with n: {reg}"
-        assert sum(res["non_finite"]) == 0
+    assert json.loads((tmp_path / "setup.json").read_text())["suite"]["ls"]["reps"] == suite.ls.reps
+    for expert, by_gate in on_disk["least_squares"].items():
+        assert set(by_gate) == {"linear", "tanh"}
+        for gate, res in by_gate.items():
+            assert res["n"] == list(suite.ls.ns)
+            for m in METRICS:
+                assert len(res["mean"][m]) == len(suite.ls.ns)
+                assert all(len(v) == suite.ls.reps for v in res["values"][m])
+            for m in ("voronoi_eq17", "voronoi_eq23_r1", "voronoi_eq23_r2", "regression_l2"):
+                assert all(math.isfinite(v) for v in res["mean"][m]), (expert, gate, m)
+            reg = res["mean"]["regression_l2"]
+            assert reg[-1] < reg[0], f"{expert}/{gate}: regression error did not decrease with n: {reg}"
+            assert sum(res["non_finite"]) == 0
+    ident = results["identifiability"]
+    assert set(ident["pairs"]) == {"affine", "poly", "relu", "gelu"}
+    assert ident["pairs"]["affine"]["linear"]["paths"]["thm_a1"]["zero"]
+    assert set(ident["omega"]) == {"linear", "tanh", "sigmoid"}
+    tp = on_disk["two_point"]["linear"]["1.0"]
+    assert len(tp["monte_carlo"]) == len(suite.two_point.ns_mc)
+    assert len(tp["closed_form"]["power"]) == len(suite.two_point.ns_closed)
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--gates", "relu"], "unknown gate"),
+    (["--gates", "relu"], "unknown value"),
+    (["--parts", "identifiability,fits"], "unknown value"),
+    (["--experts", "tanh"], "unknown value"),
+    (["--kappas", "0.1,x"], "comma-separated"),
+    (["--mc-reps", "0"], "--mc-reps"),
     (["--ns", "100,abc"], "comma-separated integers"),
     (["--ns", "5,100"], ">= 20"),
     (["--ns", "100"], "at least two"),
@@ -221,3 +248,82 @@ def test_median_slope_ignores_one_outlier():
     assert bootstrap_slope(ns, per_n, n_boot=20)["slope"] > 0
     with pytest.raises(ValueError):
         bootstrap_slope(ns, per_n, stat="mode")
+
+
+# ----------------------------------------------------------------- identifiability (E1)
+
+
+def _random_inputs(m=500, seed=0):
+    return 2 * torch.rand(m, D, generator=torch.Generator().manual_seed(seed), dtype=torch.float64) - 1
+
+
+@pytest.mark.parametrize("expert", ["affine", "relu", "gelu"])
+def test_pde_holds_for_the_linear_gate_and_fails_for_norga(expert):
+    spec, X = single_atom_truth(expert), _random_inputs()
+    assert pde_residual(spec, make_gate("linear"), X) < 1e-13
+    for gate in ("tanh", "sigmoid"):
+        assert pde_residual(spec, make_gate(gate), X) > 1e-2
+
+
+def test_thm_a1_construction_is_invisible_for_affine_experts_under_both_gates():
+    deltas = [1e-3, 1e-2, 1e-1]
+    for gate in ("linear", "tanh"):
+        affine = single_atom_truth("affine")
+        assert path_distances("thm_a1", affine, make_gate(gate), Grid.make(affine, 10), deltas).max() < 1e-13
+        gelu = single_atom_truth("gelu")         # not a null direction for a curved expert
+        assert path_distances("thm_a1", gelu, make_gate(gate), Grid.make(gelu, 10), deltas).min() > 1e-8
+
+
+def test_rescaling_family_is_exact_for_homogeneous_experts_only():
+    deltas = [1e-2, 1e-1]
+    for expert, zero in (("poly", True), ("relu", True), ("gelu", False)):
+        spec = single_atom_truth(expert)
+        dist = path_distances("rescale", spec, make_gate("tanh"), Grid.make(spec, 10), deltas)
+        assert (dist.max() < 1e-13) == zero, (expert, dist)
+
+
+def test_pde_direction_is_second_order_only_under_the_linear_gate():
+    spec = single_atom_truth("affine")
+    grid, deltas = Grid.make(spec, 10), [1e-3, 1e-2]
+    slope = lambda g: loglog_slope(deltas, path_distances("pde", spec, make_gate(g), grid, deltas))  # noqa: E731
+    assert slope("linear") == pytest.approx(2.0, abs=0.05)
+    assert slope("tanh") == pytest.approx(1.0, abs=0.05)
+
+
+def test_definition_4_2_checks():
+    X = _random_inputs(2000, 1)
+    for expert in ("affine", "poly", "relu"):   # zero function, Euler's identity, zero function
+        merged, _ = merge_coincident(def42_functions(single_atom_truth(expert), make_gate("tanh"), X))
+        assert independence_ratio(merged) < 1e-12, expert
+    gelu = single_atom_truth("gelu")
+    A = def42_functions(gelu, make_gate("tanh"), X)
+    assert A.shape[1] == 21 and independence_ratio(A) < 1e-12      # X_1 dh/da_2 = X_2 dh/da_1
+    merged, n_merged = merge_coincident(A)
+    assert n_merged == 1 and independence_ratio(merged) > 1e-5
+    assert merge_coincident(def42_functions(gelu, make_gate("linear"), X))[1] == 3  # + X_u dh/db = dh/da_u
+
+
+def test_omega_parametrisation_has_the_requested_loss():
+    spec = single_atom_truth("gelu")
+    atom = spec.theta_star[0]
+    for seed in range(3):
+        x = torch.randn(2 * atom.numel(), generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+        theta = measure_on_sphere(x, atom, 0.01, 0.2, 0.8)
+        assert float(eq17_single_cell(theta, atom)) == pytest.approx(0.01, rel=1e-10)
+    grid = Grid.make(spec, 8)
+    res = omega_ratio(spec, make_gate("linear"), grid, 0.01, starts=2, maxiter=20)
+    assert res["argmin_loss_eq17"] == pytest.approx(0.01, rel=1e-10) and res["argmin_inside_box"]
+    assert res["ratio"] == pytest.approx(res["ratios_sorted"][0])          # the best start is reported
+    first_step = omega_ratio(spec, make_gate("linear"), grid, 0.01, starts=2, maxiter=1)
+    assert res["ratio"] < first_step["ratio"]                               # the minimiser moved downhill
+
+
+@pytest.mark.parametrize("gate, kappa", [("linear", 1.0), ("tanh", 0.03)])
+def test_two_point_closed_form_matches_monte_carlo(gate, kappa):
+    cfg = TwoPointConfig(reps=300, log2_points=12)
+    spec = single_atom_truth("affine")
+    cf = closed_form(gate, kappa, [2000], cfg, Grid.make(spec, 12))["power"][0]
+    mc = monte_carlo(gate, kappa, 2000, cfg, seed=5)
+    assert 0.1 < cf < 0.9                                   # a power where the comparison means something
+    assert abs(mc["power"] - cf) < 4 * math.sqrt(cf * (1 - cf) / cfg.reps)
+    assert abs(mc["level"] - cfg.alpha) < 4 * math.sqrt(cfg.alpha * (1 - cfg.alpha) / cfg.reps)

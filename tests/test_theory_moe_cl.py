@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from norga.theory import moe_cl
+from norga.theory import moe_cl, moe_cl_sweep
 from norga.theory.moe_cl_core import GateState, exploration_rounds, gate_gradient, min_norm_update, softmax
-from norga.theory.moe_cl_synth import SynthConfig, make_data, routing_noise, run_synthetic
+from norga.theory.moe_cl_synth import SynthConfig, make_data, routing_noise, run_synthetic, within_cluster_gaps
 
 MNIST = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "mnist.npz"
 
@@ -177,3 +177,59 @@ def test_quick_figure5_cli(tmp_path):
             assert 0.0 <= entry["final_generalization_error"] <= 1.0  # MSE of sigmoid outputs vs one-hot
     # the gate has a single expert for M = 1: both modes are the same run
     assert res["termination"]["1"]["final_forgetting"] == res["no_termination"]["1"]["final_forgetting"]
+
+
+# ----------------------------------------------------------------- Fig. 2 sweep (issue 20)
+
+
+@pytest.mark.parametrize("gap", [0.0, 0.16, 0.4])
+def test_gap_layout_sets_the_within_cluster_infinity_norm_gap(gap):
+    cfg = SynthConfig(T=20, gap=gap)
+    data = make_data(cfg, [0, 1])
+    for W in data.W:
+        np.testing.assert_allclose(within_cluster_gaps(W, cfg.K), gap, atol=1e-12)
+    default = make_data(SynthConfig(T=20), [0, 1])
+    np.testing.assert_array_equal(data.tasks, default.tasks)       # same arrivals in every layout
+    assert within_cluster_gaps(default.W[0], cfg.K).min() > 0.4     # the old default is far wider
+
+
+def test_independent_layout_has_no_cluster_structure():
+    cfg = SynthConfig(T=20, independent=True)
+    W = make_data(cfg, [0]).W[0]
+    centred = make_data(SynthConfig(T=20, gap=0.0), [0]).W[0]
+    assert not np.allclose(W[0], W[cfg.K])                          # tasks 1 and 4 differ ...
+    np.testing.assert_allclose(centred[0], centred[cfg.K])          # ... unlike the gap-0 layout
+    assert abs(W.std() / cfg.sigma0 - 1) < 0.3
+
+
+def test_quick_sweep_cli(tmp_path):
+    res = moe_cl_sweep.main(["--quick", "--out", str(tmp_path)])
+    saved = json.loads((tmp_path / "sweep.json").read_text())
+    assert (tmp_path / "sweep.png").stat().st_size > 10_000
+    assert list(saved["layouts"]) == [label for label, _ in moe_cl_sweep.layouts()]
+    for label, lay in res["layouts"].items():
+        assert set(lay["termination"]) == {"5", "10"} and set(lay["no_termination"]) == {"5", "10"}
+        single = lay["single_expert"]["G_T"]
+        for by_gamma in lay["termination"].values():
+            assert set(by_gamma) == {"s0^1", "s0^1.25"}
+            for r in by_gamma.values():
+                assert r["ratio_to_single"] == pytest.approx(r["G_T"] / single)
+                split = r["G_T_split"]
+                assert split["before"] + split["after_routed_ok"] + split["after_misrouted"] == pytest.approx(r["G_T"])
+                assert 0.0 <= split["purity"] <= 1.0
+                assert r["stop_round_mean"] is None or r["stop_round_mean"] > 10
+    gap0 = res["layouts"]["gap 0"]
+    assert gap0["within_cluster_gap_inf_max"] == 0.0
+    # routing by cluster beats the single expert even in the quick run
+    assert min(r["ratio_to_single"] for r in gap0["termination"]["5"].values()) < 0.6
+
+
+def test_decompose_splits_g_t_by_round_type():
+    errors = np.array([1.0, 2.0, 3.0, 4.0, 5.0])
+    experts = np.array([0, 1, 0, 0, 0])
+    clusters = np.array([0, 1, 0, 0, 1])        # rounds 2-4 go to expert 0, owned by cluster 0
+    out = moe_cl_sweep.decompose(errors, experts, clusters, start=2)
+    assert out["before"] == pytest.approx(3.0 / 5)
+    assert out["after_routed_ok"] == pytest.approx(7.0 / 5)
+    assert out["after_misrouted"] == pytest.approx(5.0 / 5)
+    assert out["purity"] == pytest.approx(2 / 3)

@@ -1,280 +1,123 @@
-"""Simulation of the sample-efficiency gap between linear gating and NoRGa (issue 7).
+"""What NoRGa's non-linear residual gate changes for parameter estimation (issues 7 and 20).
 
 Paper: "Mixture of Experts Meets Prompt-Based Continual Learning", Section 4.2
-(Theorems 4.1, 4.3: non-linear residual gate -> Voronoi loss eq. 17 ~ n^-1/2) and
-Appendix A (Theorem A.1: linear gating -> rates slower than any polynomial).
+(Thm 4.1; Def. 4.2; Thm 4.3: non-linear residual gate -> Voronoi loss eq. 17 ~ n^-1/2)
+and Appendix A (Thm A.1: linear gate, experts (a^T X + b)^p -> slower than any
+polynomial rate). Three parts, each in its own module:
+
+* ``identifiability`` (E1, ``gating_rates_identifiability``; deterministic):
+  ||g_G - g_G*|| along four families of measures near one true atom (Thm A.1's
+  construction, rescaling, pure beta-split, the "PDE direction"), Definition 4.2's
+  linear independence and the linear-gate identity d2F/(dbeta db) = dF/da, for
+  gates {linear, tanh, sigmoid} x experts {affine, (.)^2, ReLU, GELU}; and
+  omega(eps)/eps for eq. 17 with GELU experts (``gating_rates_omega``).
+* ``two_point`` (E2, ``gating_rates_twopoint``): Le Cam two-point test along the
+  PDE direction with affine experts, delta_n = kappa n^-1/4: power of the exact
+  likelihood-ratio test by Monte Carlo and in closed form.
+* ``least_squares`` (E3, ``gating_rates_ls``): least-squares fits with L' = L + 1
+  atoms for GELU experts (both gates identifiable) and affine experts (Thm A.1's
+  non-identifiability), losses vs n.
 
 Run ``python -m norga.theory.gating_rates [--quick] --out DIR``; it writes
-``DIR/results.json``, ``DIR/setup.json`` and ``DIR/rates.png``.
-
-Setup (one row of one head, eq. 14 / eq. 21), and why:
-
-* Input ``X in R^{Nd}`` with N = 2 pre-trained experts and d = 1 (D = Nd = 2),
-  ``X ~ Uniform([-1, 1]^2)`` (the theory needs a bounded input space).
-* Pre-trained part: quadratic gates ``X^T B0_j X + c0_j`` and experts
-  ``h(X, eta0_j)``, all known (fixed numbers in ``default_truth``).
-* Experts ``h(X, (a, b)) = GELU(a^T X + b)`` for every expert (one of the
-  paper's examples after Def. 4.2). Polynomial experts ``(a^T X + b)^p`` (Thm A.1)
-  are available as ``Config(expert="poly")`` but are not the default: they are
-  p-homogeneous in (a, b), so two atoms sharing beta1 with (a, b) scaled by c1, c2
-  and weights w1 + w2 = w*, w1 c1^p + w2 c2^p = w* give exactly g_{G_*} for every
-  gate; over-specified cells are then not identifiable under NoRGa either (Euler's
-  identity makes the Def. 4.2 functions linearly dependent). A pilot fit found such
-  a family (c ~ 0.5 and 2.4), so Thm 4.3 cannot be tested with them.
-* Truth: L = 2 prefix atoms, weights exp(beta0*) = 1,
-  beta1* = (1.5, .5), (-1, 1.5); a* = (1.5, -1), (.5, 1.5); b* = 0, .3, so that
-  beta1^T X spans about [-2.5, 2.5] (tanh / GELU clearly non-linear there; the
-  sigmoid's slope varies least) and a^T X + b covers GELU's curved region.
-  Fitted: L' = 3 atoms (over-specified by one), so one true atom is fitted by
-  two atoms (NoRGa: parameters at n^-1/4) and one by a single atom (n^-1/2).
-* alpha = tau = 1 (the package's gate initial values) are *known* constants:
-  in eq. (14) they sit outside the mixing measure G_*, and Theorems 4.1/4.3 are
-  about estimating (beta0, beta1, eta) only, so the fit keeps them fixed at the
-  true values (the gate objects are frozen).
-* Noise N(0, 0.01^2) (a small noise puts the grid deeper into the asymptotic
-  regime; only n / noise^2 matters for the rates). Compact Theta:
-  beta0 in [-2, 2], beta1, a in [-2.5, 2.5]^2, b in [-2.5, 2.5], enforced exactly
-  by a sigmoid reparametrisation (``gating_rates_fit``).
-* Least squares (eq. 15 / 22) by batched Levenberg-Marquardt in float64.
-  Stage 1: ``restarts`` = 8 starts per replication scattered around G_*
-  (N(0, 0.5^2) on every parameter; surplus atom next to true atom k mod L) fitted
-  on <= 1000 samples; stage 2: the best stage-1 fit and its "split moves"
-  (lightest atom moved onto each other atom) refitted on all n samples; the
-  result with the smallest training SSE is kept (never chosen by a loss that
-  uses G_*). Without the split moves, fits at n >= 3e4 got stuck with the surplus
-  atom at the weight floor. A fit "fails the certificate" if its SSE exceeds that
-  of G_* itself (G_* is in G_L'(Theta) by splitting an atom), i.e. it is certainly
-  not the least-squares estimate; such fits, and LM runs that hit ``max_iter``,
-  are counted in results.json, never dropped.
-* Losses: eq. (17) L_1, eq. (23) L_{2,r} for r = 1, 2 (computed for every gate,
-  so the same yardstick is used for all), parameter errors of exactly- and
-  over-specified cells, and ||g_hat - g_*||_{L2(mu)} on 20000 fresh samples. The
-  headline ``slope`` in results.json is the log-log slope of the per-n *mean*
-  eq. (17) loss vs n, with a bootstrap interval over replications; slopes of the
-  per-n medians are stored too (means are sensitive to single bad replications).
-* Sample sizes 100 ... 100000 (7 values, 12 replications each); the data of
-  replication r at size n are the same for every gate (common random numbers),
-  seeded from ``--seed``.
+``DIR/results.json`` (``{"identifiability": ..., "two_point": ...,
+"least_squares": {"<expert>": {"<gate>": ...}}, "seconds": {...}}``),
+``DIR/setup.json`` and ``DIR/rates.png``.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
-import math
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence
 
-import numpy as np
 import torch
 
-from norga.theory.gating_rates_fit import default_box, fit_lm, init_atoms, split_moves, sse
-from norga.theory.gating_rates_loss import all_losses, bootstrap_slope
-from norga.theory.gating_rates_model import (GATE_NAMES, default_truth, embed_truth, make_gate,
-                                             pretrained_sums, regression_fn, sample_inputs)
+from norga.theory.gating_rates_identifiability import IdentConfig, run_identifiability
+from norga.theory.gating_rates_ls import (DEFAULT_NS, METRICS, QUICK_NS, Config,  # noqa: F401
+                                          multistart_fit, run_least_squares, simulate_one_n)
+from norga.theory.gating_rates_model import EXPERTS, GATE_NAMES
+from norga.theory.gating_rates_twopoint import TwoPointConfig, run_two_point
 
-METRICS = ("voronoi_eq17", "voronoi_eq23_r1", "voronoi_eq23_r2", "param_exact", "param_over",
-           "regression_l2")
-DEFAULT_NS = (100, 316, 1000, 3162, 10000, 31623, 100000)
-QUICK_NS = (100, 300, 1000)
+PARTS = ("identifiability", "two_point", "least_squares")
+LS_EXPERTS = ("gelu", "affine")
 
 
 @dataclass
-class Config:
-    """Everything that defines a run (saved to ``setup.json``)."""
+class Suite:
+    """Which parts run, and each part's config (all saved to ``setup.json``)."""
 
-    gates: Sequence[str] = GATE_NAMES
-    ns: Sequence[int] = DEFAULT_NS
-    reps: int = 12
-    restarts: int = 8    # stage-1 starts per replication (on <= n_pilot samples)
-    refine: int = 1      # best stage-1 results refitted on all n samples (+ split moves)
-    n_pilot: int = 1000
-    n_atoms: int = 3
-    noise: float = 0.01
-    expert: str = "gelu"
-    power: int = 2  # only used by expert = "poly"
-    x_range: float = 1.0
-    alpha: float = 1.0
-    tau: float = 1.0
-    init_scale: float = 0.5
-    box_beta0: Tuple[float, float] = (-2.0, 2.0)
-    box_coef: float = 2.5
-    box_b: Tuple[float, float] = (-2.5, 2.5)
-    max_iter: int = 200
-    sse_tol: float = 1e-4  # stop when an LM step lowers SSE by < sse_tol * noise^2
-    n_eval: int = 20000
-    n_boot: int = 2000
-    seed: int = 0
-
-    def box(self):
-        """The compact parameter box Theta as ``(lo, hi)``, each ``(2D+2,)``."""
-        return default_box(self.spec().dim, self.box_beta0, self.box_coef, self.box_b)
-
-    def spec(self):
-        """The ground truth (:class:`TruthSpec`) this config simulates from."""
-        return default_truth(self.power, self.x_range, self.expert)
+    parts: Sequence[str] = PARTS
+    ls: Config = field(default_factory=Config)
+    ls_experts: Sequence[str] = LS_EXPERTS
+    ident: IdentConfig = field(default_factory=IdentConfig)
+    two_point: TwoPointConfig = field(default_factory=TwoPointConfig)
 
     @classmethod
-    def quick(cls, **kw) -> "Config":
-        base = dict(ns=QUICK_NS, reps=3, restarts=4, n_pilot=300, max_iter=60, n_eval=5000,
-                    n_boot=200)
+    def quick(cls, **kw) -> "Suite":
+        """Tiny version of every part (mechanics only)."""
+        base = dict(ls=Config.quick(gates=("linear", "tanh")), ident=IdentConfig.quick(),
+                    two_point=TwoPointConfig.quick())
         base.update(kw)
         return cls(**base)
 
 
-def _fit_batch(X, y, P0, Q0, theta0, gate, phi, cfg: Config):
-    """Fit ``K`` starts per replication: ``X (R, n, D)``, ``y, P0, Q0 (R, n)``, ``theta0 (R, K, L', Q)``.
-
-    Returns ``theta (R, K, L', Q)``, ``sse (R, K)``, ``converged (R, K)``, ``iterations (R, K)``.
-    """
-    R, K = theta0.shape[:2]
-    lo, hi = cfg.box()
-    rep = lambda t: t.repeat_interleave(K, 0)  # noqa: E731  (R, ...) -> (R*K, ...)
-    fit = fit_lm(rep(X), rep(y), rep(P0), rep(Q0), theta0.reshape(R * K, *theta0.shape[2:]), lo, hi,
-                 gate, phi, max_iter=cfg.max_iter, atol=cfg.sse_tol * cfg.noise ** 2)
-    return (fit.theta.reshape(theta0.shape), fit.sse.reshape(R, K), fit.converged.reshape(R, K),
-            fit.iterations.reshape(R, K))
-
-
-def multistart_fit(X, y, P0, Q0, gate, phi, cfg: Config, gen: torch.Generator):
-    """Least-squares estimate per replication, shapes as in :func:`_fit_batch`.
-
-    Stage 1 fits ``cfg.restarts`` starts on the first ``min(n, cfg.n_pilot)``
-    samples (an i.i.d. subsample). Stage 2 refits on all ``n`` samples the
-    ``cfg.refine`` best stage-1 results plus the :func:`split_moves` of the best
-    one (surplus atom moved onto each other atom). The estimate is the stage-2
-    result with the smallest full-data SSE. Returns ``theta (R, L', Q)``,
-    ``sse (R,)``, ``converged (R,)`` and a dict of counts.
-    """
-    spec = cfg.spec()
-    lo, hi = cfg.box()
-    R, n = y.shape
-    theta0 = torch.stack([init_atoms(spec, cfg.n_atoms, cfg.restarts, cfg.init_scale, gen, lo, hi)
-                          for _ in range(R)])                                   # (R, K1, L', Q)
-    m = min(n, cfg.n_pilot)
-    theta, sse_k, _, _ = _fit_batch(X[:, :m], y[:, :m], P0[:, :m], Q0[:, :m], theta0, gate, phi, cfg)
-    order = sse_k.argsort(1)
-    top = theta[torch.arange(R).unsqueeze(1), order[:, :cfg.refine]]             # (R, K2, L', Q)
-    moves = split_moves(theta[torch.arange(R), order[:, 0]])                     # (R, L'-1, L', Q)
-    start = torch.cat([top, moves], 1).clamp(lo + 1e-6 * (hi - lo), hi - 1e-6 * (hi - lo))
-    theta, sse_k, conv, iters = _fit_batch(X, y, P0, Q0, start, gate, phi, cfg)
-    best = sse_k.argmin(1)
-    pick = torch.arange(R)
-    info = {"restarts_not_converged": int((~conv).sum()),
-            "mean_iterations": float(iters.double().mean())}
-    return theta[pick, best], sse_k[pick, best], conv[pick, best], info
-
-
-def simulate_one_n(gate_name: str, n: int, n_index: int, cfg: Config) -> Dict[str, object]:
-    """Fit ``cfg.reps`` replications at sample size ``n`` for one gate.
-
-    Returns per-replication metric lists (length ``reps``) and failure counts.
-    """
-    spec = cfg.spec()
-    gate = make_gate(gate_name, cfg.alpha, cfg.tau)
-    R, L = cfg.reps, spec.theta_star.shape[0]
-    gen = torch.Generator().manual_seed(cfg.seed * 100003 + n_index)
-    X = sample_inputs(n, spec, gen, batch=R)                                    # (R, n, D)
-    eps = torch.randn(R, n, generator=gen, dtype=torch.float64) * cfg.noise     # (R, n)
-    P0, Q0 = pretrained_sums(X, spec)                                           # (R, n)
-    y = regression_fn(X, P0, Q0, spec.theta_star.expand(R, L, -1), gate, spec.phi) + eps
-    theta_best, sse_best, conv_best, info = multistart_fit(X, y, P0, Q0, gate, spec.phi, cfg, gen)
-    truth_emb = embed_truth(spec, cfg.n_atoms).expand(R, -1, -1)
-    sse_true = sse(X, y, P0, Q0, truth_emb, gate, spec.phi)
-    cert_fail = sse_best > sse_true * (1 + 1e-9)
-    reg = regression_error(theta_best, gate, cfg)
-    out: Dict[str, object] = {m: [] for m in METRICS}
-    out["cell_sizes"] = []
-    for r in range(R):
-        losses = all_losses(theta_best[r].numpy(), spec.theta_star.numpy(), spec.dim)
-        for m in METRICS[:-1]:
-            out[m].append(losses[m])
-        out["cell_sizes"].append(losses["cell_sizes"])
-    out["regression_l2"] = reg.tolist()
-    out["not_converged"] = int((~conv_best).sum())
-    out["certificate_failures"] = int(cert_fail.sum())
-    out["certificate_failed_reps"] = cert_fail.nonzero().squeeze(1).tolist()
-    out.update(info)
-    out["non_finite"] = int(sum(not math.isfinite(v) for m in METRICS for v in out[m]))
-    return out
-
-
-def regression_error(theta: torch.Tensor, gate, cfg: Config) -> torch.Tensor:
-    """``||g_theta - g_*||_{L2(mu)}`` per fit, ``theta (R, L', Q)`` -> ``(R,)``.
-
-    Estimated on ``cfg.n_eval`` fresh inputs drawn with their own seed.
-    """
-    spec = cfg.spec()
-    gen = torch.Generator().manual_seed(cfg.seed * 100003 + 99991)
-    Xe = sample_inputs(cfg.n_eval, spec, gen, batch=1)
-    P0, Q0 = pretrained_sums(Xe, spec)
-    g_star = regression_fn(Xe, P0, Q0, spec.theta_star.unsqueeze(0), gate, spec.phi)
-    R = theta.shape[0]
-    g_hat = regression_fn(Xe.expand(R, -1, -1), P0.expand(R, -1), Q0.expand(R, -1), theta, gate,
-                          spec.phi)
-    return ((g_hat - g_star) ** 2).mean(1).sqrt()
-
-
-def summarise_gate(per_n: List[Dict[str, object]], cfg: Config) -> Dict[str, object]:
-    """Per-n means/medians, slopes with bootstrap CIs and failure counts for one gate."""
-    ns = list(cfg.ns)
-    res: Dict[str, object] = {"n": ns, "voronoi_loss": "eq17 (L_1)"}
-    res["mean"] = {m: [float(np.nanmean(d[m])) for d in per_n] for m in METRICS}
-    res["median"] = {m: [float(np.nanmedian(d[m])) for d in per_n] for m in METRICS}
-    res["values"] = {m: [list(map(float, d[m])) for d in per_n] for m in METRICS}
-    res["slopes"] = {m: bootstrap_slope(ns, res["values"][m], cfg.n_boot, cfg.seed) for m in METRICS}
-    res["slopes_median"] = {m: bootstrap_slope(ns, res["values"][m], cfg.n_boot, cfg.seed, stat="median")
-                            for m in METRICS}
-    res["slope"] = res["slopes"]["voronoi_eq17"]["slope"]
-    res["slope_ci"] = res["slopes"]["voronoi_eq17"]["ci"]
-    for key in ("not_converged", "restarts_not_converged", "certificate_failures",
-                "certificate_failed_reps", "non_finite"):
-        res[key] = [d[key] for d in per_n]
-    res["mean_iterations"] = [d["mean_iterations"] for d in per_n]
-    res["cell_sizes"] = [d["cell_sizes"] for d in per_n]
-    return res
-
-
-def run(cfg: Config, out_dir: Path, log=print) -> Dict[str, Dict[str, object]]:
-    """Run every gate over the n grid, write results.json / setup.json / rates.png."""
+def run(suite: Suite, out_dir: Path, log=print) -> Dict[str, object]:
+    """Run the selected parts; write results.json / setup.json / rates.png; return the results."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    results, t0 = {}, time.time()
-    for gate_name in cfg.gates:
-        per_n = []
-        for i, n in enumerate(cfg.ns):
+    results: Dict[str, object] = {"seconds": {}}
+    t_all = time.time()
+    if "identifiability" in suite.parts:
+        t = time.time()
+        results["identifiability"] = run_identifiability(suite.ident, log)
+        results["seconds"]["identifiability"] = time.time() - t
+    if "two_point" in suite.parts:
+        t = time.time()
+        results["two_point"] = run_two_point(suite.two_point, log)
+        results["seconds"]["two_point"] = time.time() - t
+    if "least_squares" in suite.parts:
+        results["least_squares"] = {}
+        for expert in suite.ls_experts:
             t = time.time()
-            per_n.append(simulate_one_n(gate_name, int(n), i, cfg))
-            d = per_n[-1]
-            log(f"[{gate_name:7s}] n={n:>6d}  eq17={np.mean(d['voronoi_eq17']):.4g}  "
-                f"reg={np.mean(d['regression_l2']):.4g}  not_conv={d['not_converged']}  "
-                f"cert_fail={d['certificate_failures']}  ({time.time() - t:.1f}s)")
-        results[gate_name] = summarise_gate(per_n, cfg)
-    elapsed = time.time() - t0
+            cfg = dataclasses.replace(suite.ls, expert=expert)
+            results["least_squares"][expert] = run_least_squares(cfg, log)
+            results["seconds"][f"least_squares_{expert}"] = time.time() - t
+    results["seconds"]["total"] = time.time() - t_all
     (out_dir / "results.json").write_text(json.dumps(results, indent=1))
-    spec = cfg.spec()
-    setup = {"config": asdict(cfg), "seconds": elapsed, "theta_star_[beta0,beta1,a,b]":
-             spec.theta_star.tolist(), "B0": spec.B0.tolist(), "c0": spec.c0.tolist(),
-             "a0": spec.a0.tolist(), "b0": spec.b0.tolist(),
-             "box_lo": cfg.box()[0].tolist(), "box_hi": cfg.box()[1].tolist(),
-             "torch_threads": torch.get_num_threads()}
+    setup = {"suite": asdict(suite), "torch_threads": torch.get_num_threads(),
+             "seconds": results["seconds"]}
+    if "least_squares" in suite.parts:
+        spec = suite.ls.spec()
+        setup.update({"ls_theta_star_[beta0,beta1,a,b]": spec.theta_star.tolist(), "B0": spec.B0.tolist(),
+                      "c0": spec.c0.tolist(), "a0": spec.a0.tolist(), "b0": spec.b0.tolist(),
+                      "box_lo": suite.ls.box()[0].tolist(), "box_hi": suite.ls.box()[1].tolist()})
     (out_dir / "setup.json").write_text(json.dumps(setup, indent=1))
-    from norga.theory.gating_rates_plot import plot_rates, slope_table
-    plot_rates(results, out_dir / "rates.png")
-    log("slopes of per-n means [95% bootstrap CI]:\n" + slope_table(results))
-    log("slopes of per-n medians [95% bootstrap CI]:\n" + slope_table(results, "slopes_median"))
-    log(f"total {elapsed:.1f}s -> {out_dir}")
+    from norga.theory.gating_rates_plot import plot_all, slope_table
+    plot_all(results, out_dir / "rates.png")
+    for expert, res in results.get("least_squares", {}).items():
+        log(f"[{expert} experts] slopes of per-n means [95% bootstrap CI]:\n" + slope_table(res))
+    log(f"total {results['seconds']['total']:.1f}s -> {out_dir}")
     return results
 
 
-def _positive_ints(text: str, name: str) -> List[int]:
+def _comma_list(text: str, allowed: Sequence[str], flag: str, p: argparse.ArgumentParser) -> List[str]:
+    vals = [v.strip() for v in text.split(",") if v.strip()]
+    bad = [v for v in vals if v not in allowed]
+    if bad or not vals:
+        p.error(f"{flag}: unknown value(s) {bad}; choose from {list(allowed)}")
+    return vals
+
+
+def _numbers(text: str, kind, flag: str, p: argparse.ArgumentParser, minimum) -> list:
     try:
-        vals = [int(v) for v in text.split(",") if v.strip()]
+        vals = [kind(v) for v in text.split(",") if v.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{name} must be comma-separated integers, got {text!r}")
-    if not vals or min(vals) < 20:
-        raise argparse.ArgumentTypeError(f"{name} needs integers >= 20, got {text!r}")
+        p.error(f"{flag} must be comma-separated {'integers' if kind is int else 'numbers'}, got {text!r}")
+    if not vals or min(vals) < minimum:
+        p.error(f"{flag} needs values >= {minimum}, got {text!r}")
     return vals
 
 
@@ -283,44 +126,66 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m norga.theory.gating_rates",
                                 description=__doc__.split("\n")[0])
     p.add_argument("--out", required=True, type=Path, help="output directory (created)")
-    p.add_argument("--quick", action="store_true", help="tiny grid for smoke tests (< 1 min)")
-    p.add_argument("--gates", default=",".join(GATE_NAMES), help=f"comma list from {GATE_NAMES}")
-    p.add_argument("--ns", default=None, help="comma list of sample sizes (>= 20)")
-    p.add_argument("--reps", type=int, default=None, help="replications per n")
-    p.add_argument("--restarts", type=int, default=None, help="fit restarts per replication")
+    p.add_argument("--quick", action="store_true", help="tiny version of every part (smoke tests, ~30 s)")
+    p.add_argument("--parts", default=",".join(PARTS), help=f"comma list from {PARTS}")
+    p.add_argument("--gates", default=None,
+                   help=f"least squares: comma list from {GATE_NAMES} (default all; --quick: linear,tanh)")
+    p.add_argument("--experts", default=",".join(LS_EXPERTS), help=f"least squares: comma list from {EXPERTS}")
+    p.add_argument("--ns", default=None, help="least squares: comma list of sample sizes (>= 20)")
+    p.add_argument("--reps", type=int, default=None, help="least squares: replications per n (>= 2)")
+    p.add_argument("--restarts", type=int, default=None, help="least squares: fit restarts per replication")
+    p.add_argument("--mc-reps", type=int, default=None, help="two-point: Monte Carlo replications per n")
+    p.add_argument("--kappas", default=None, help="two-point: comma list of kappa (delta_n = kappa n^-1/4)")
+    p.add_argument("--omega-starts", type=int, default=None, help="identifiability: starts per omega(eps)")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
-    gates = [g.strip() for g in args.gates.split(",") if g.strip()]
-    bad = [g for g in gates if g not in GATE_NAMES]
-    if bad or not gates:
-        p.error(f"--gates: unknown gate(s) {bad}; choose from {list(GATE_NAMES)}")
-    args.gates = gates
+    args.parts = _comma_list(args.parts, PARTS, "--parts", p)
+    if args.gates is not None:
+        args.gates = _comma_list(args.gates, GATE_NAMES, "--gates", p)
+    args.experts = _comma_list(args.experts, EXPERTS, "--experts", p)
     if args.ns is not None:
-        try:
-            args.ns = _positive_ints(args.ns, "--ns")
-        except argparse.ArgumentTypeError as err:
-            p.error(str(err))
+        args.ns = _numbers(args.ns, int, "--ns", p, 20)
         if len(args.ns) < 2:
             p.error("--ns needs at least two sample sizes to fit a slope")
-    for name in ("reps", "restarts"):
+    if args.kappas is not None:
+        args.kappas = _numbers(args.kappas, float, "--kappas", p, 1e-12)
+    for name in ("restarts", "mc_reps", "omega_starts"):
         val = getattr(args, name)
         if val is not None and val < 1:
-            p.error(f"--{name} must be >= 1, got {val}")
+            p.error(f"--{name.replace('_', '-')} must be >= 1, got {val}")
     if args.reps is not None and args.reps < 2:
         p.error("--reps must be >= 2 (bootstrap intervals resample replications)")
     return args
+
+
+def suite_from_args(args: argparse.Namespace) -> Suite:
+    """Build the :class:`Suite` a parsed command line asks for."""
+    suite = Suite.quick() if args.quick else Suite()
+    ls_over = {"seed": args.seed}
+    if args.gates is not None:
+        ls_over["gates"] = tuple(args.gates)
+    for name in ("ns", "reps", "restarts"):
+        if getattr(args, name) is not None:
+            ls_over[name] = tuple(args.ns) if name == "ns" else getattr(args, name)
+    tp_over = {"seed": args.seed}
+    if args.mc_reps is not None:
+        tp_over["reps"] = args.mc_reps
+    if args.kappas is not None:
+        tp_over["kappas"] = tuple(args.kappas)
+    id_over = {"seed": args.seed}
+    if args.omega_starts is not None:
+        id_over["omega_starts"] = args.omega_starts
+    return dataclasses.replace(suite, parts=tuple(args.parts), ls_experts=tuple(args.experts),
+                               ls=dataclasses.replace(suite.ls, **ls_over),
+                               two_point=dataclasses.replace(suite.two_point, **tp_over),
+                               ident=dataclasses.replace(suite.ident, **id_over))
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """CLI entry point; torch runs single-threaded."""
     torch.set_num_threads(1)
     args = parse_args(argv)
-    over = {"gates": tuple(args.gates), "seed": args.seed}
-    for name in ("ns", "reps", "restarts"):
-        if getattr(args, name) is not None:
-            over[name] = tuple(args.ns) if name == "ns" else getattr(args, name)
-    cfg = Config.quick(**over) if args.quick else Config(**over)
-    run(cfg, args.out)
+    run(suite_from_args(args), args.out)
     return 0
 
 

@@ -7,7 +7,8 @@ with ``K`` prefix atoms is
              / [ sum_j exp(X^T B0_j X + c0_j)           + sum_k e_k(X) ]
     e_k(X) = exp(beta0_k + gate(beta1_k^T X)),      h(X, (a, b)) = phi(a^T X + b),
 
-with expert activation ``phi`` = GELU (default) or ``z -> z^p`` (``expert="poly"``),
+with expert activation ``phi`` = GELU (default), ``z -> z^p`` (``expert="poly"``),
+ReLU (``"relu"``) or the identity (``"affine"``, experts ``a^T X + b``),
 where ``gate`` is the package's own gate object (``norga.models.gates``): the
 identity for ``linear`` (eq. 21) and ``s + alpha*act(tau*s)`` for ``norga`` (eq. 14).
 The N pre-trained experts (``B0, c0, eta0``) are known and only enter through
@@ -49,7 +50,7 @@ def make_gate(name: str, alpha: float = 1.0, tau: float = 1.0) -> Gate:
     return gate
 
 
-EXPERTS = ("gelu", "poly")
+EXPERTS = ("gelu", "poly", "affine", "relu")
 
 
 def value_and_slope(fn, z: Tensor) -> Tuple[Tensor, Tensor]:
@@ -83,8 +84,17 @@ class TruthSpec:
     expert: str = "gelu"
 
     def phi(self, u: Tensor) -> Tensor:
-        """Expert activation: ``gelu(u)`` or ``u ** power``, elementwise."""
-        return F.gelu(u) if self.expert == "gelu" else u ** self.power
+        """Expert activation, elementwise: GELU, ``u ** power``, identity or ReLU."""
+        if self.expert == "gelu":
+            return F.gelu(u)
+        if self.expert == "poly":
+            return u ** self.power
+        return u if self.expert == "affine" else F.relu(u)
+
+    @property
+    def homogeneity(self) -> int:
+        """Degree p with ``phi(c u) = c^p phi(u)`` for c > 0 (GELU has none; 1 is used)."""
+        return self.power if self.expert == "poly" else 1
 
     @property
     def dim(self) -> int:
@@ -106,6 +116,13 @@ def default_truth(power: int = 2, x_range: float = 1.0, expert: str = "gelu") ->
         [0.0, -1.0, 1.5, 0.5, 1.5, 0.3],
     ])
     return TruthSpec(B0, c0, a0, b0, theta_star, power, x_range, expert)
+
+
+def single_atom_truth(expert: str = "gelu", power: int = 2) -> TruthSpec:
+    """:func:`default_truth` with only its first prefix atom (L = 1): the E1 / E2 setting."""
+    spec = default_truth(power, 1.0, expert)
+    spec.theta_star = spec.theta_star[:1].clone()
+    return spec
 
 
 def sample_inputs(n: int, spec: TruthSpec, gen: torch.Generator, batch: int = 1) -> Tensor:

@@ -8,6 +8,15 @@ v_n = w_n / sigma0 ("ground truths scaled by a constant", ||v_n||_inf = O(1)).
 Round t draws n_t uniformly, puts beta_t * v_{n_t} in a random column of
 X_t (d x s) and fills the other s-1 columns with N(0, sigma_t^2 I_d);
 y_t = X_t^T w_{n_t}.
+
+Two other task layouts (used by ``moe_cl_sweep``): ``gap`` sets the
+within-cluster gap in the infinity norm exactly (the paper's assumption
+||w_n - w_n'||_inf = O(sigma0^1.5) for tasks of one cluster): the Gaussian offsets
+of a cluster are rescaled so that their largest pairwise infinity-norm distance
+is ``gap``; ``independent`` draws every ground truth i.i.d. N(0, sigma0^2) with
+no cluster structure, which is Appendix A.2's generation as written. All three
+layouts consume the same random numbers, so arrivals and X_t's noise columns
+are identical across layouts for a seed.
 """
 from __future__ import annotations
 
@@ -33,6 +42,8 @@ class SynthConfig(GateHyper):
     cluster_std: Optional[float] = None  # None -> sigma0**1.5 (Sec. 5.2: within-cluster gap O(sigma0^1.5))
     beta: float = 1.0  # beta_t of Definition 1 (A.2 inserts v_n itself, i.e. beta_t = 1)
     gamma: Optional[float] = None
+    gap: Optional[float] = None   # within-cluster infinity-norm gap; overrides cluster_std
+    independent: bool = False     # A.2 as written: w_n i.i.d. N(0, sigma0^2), no clusters
 
     def resolved_gamma(self) -> float:
         """Termination threshold Gamma."""
@@ -56,6 +67,32 @@ class SynthData:
     y: np.ndarray
 
 
+def ground_truths(cfg: SynthConfig, rng: np.random.Generator) -> np.ndarray:
+    """Task ground truths ``W (N, d)``; task n is in cluster n mod K (see the module docstring)."""
+    centres = rng.normal(0.0, cfg.sigma0, size=(cfg.K, cfg.d))
+    z = rng.normal(0.0, 1.0, size=(cfg.N, cfg.d))
+    if cfg.independent:
+        return cfg.sigma0 * z
+    cluster = np.arange(cfg.N) % cfg.K
+    if cfg.gap is None:
+        return centres[cluster] + cfg.resolved_cluster_std() * z
+    for k in range(cfg.K):
+        rows = np.flatnonzero(cluster == k)
+        diam = max((np.abs(z[i] - z[j]).max() for i in rows for j in rows), default=0.0)
+        z[rows] *= cfg.gap / diam if diam > 0 else 0.0
+    return centres[cluster] + z
+
+
+def within_cluster_gaps(W: np.ndarray, K: int) -> np.ndarray:
+    """Largest pairwise infinity-norm distance inside each cluster, ``W (N, d)`` -> ``(K,)``."""
+    cluster = np.arange(W.shape[0]) % K
+    out = np.zeros(K)
+    for k in range(K):
+        rows = np.flatnonzero(cluster == k)
+        out[k] = max((np.abs(W[i] - W[j]).max() for i in rows for j in rows), default=0.0)
+    return out
+
+
 def make_data(cfg: SynthConfig, seeds) -> SynthData:
     """Generate pool + arrival sequence for each seed (independent of M and of termination)."""
     if cfg.s >= cfg.d:
@@ -63,8 +100,7 @@ def make_data(cfg: SynthConfig, seeds) -> SynthData:
     Ws, tasks, Xs, ys = [], [], [], []
     for seed in seeds:
         rng = np.random.default_rng([int(seed), 0])
-        centres = rng.normal(0.0, cfg.sigma0, size=(cfg.K, cfg.d))
-        W = centres[np.arange(cfg.N) % cfg.K] + rng.normal(0.0, cfg.resolved_cluster_std(), size=(cfg.N, cfg.d))
+        W = ground_truths(cfg, rng)
         V = W / cfg.sigma0
         n_t = rng.integers(0, cfg.N, size=cfg.T)
         X = rng.normal(0.0, cfg.sigma_t, size=(cfg.T, cfg.d, cfg.s))
@@ -84,7 +120,9 @@ def run_synthetic(cfg: SynthConfig, data: SynthData, noise: np.ndarray, M: int, 
     """Algorithm 1 on the synthetic stream for B seeds at once.
 
     Returns F, G (B, T) [index t-1 = round t], experts (B, T) chosen m_t,
-    gate_updated (B, T) bool, stop_round (B,), theta_norm (B, T).
+    gate_updated (B, T) bool, stop_round (B,), theta_norm (B, T) and
+    final_round_errors (B, T) = E_tau(w_T^{(m_tau)}) for every round tau (their
+    mean over tau is G_T).
     """
     B, T = data.tasks.shape
     rows = np.arange(B)
@@ -112,5 +150,6 @@ def run_synthetic(cfg: SynthConfig, data: SynthData, noise: np.ndarray, M: int, 
         updated[:, t - 1] = gate.step(t, xsum, h, pi, m_t, delta)
         out["F"][:, t - 1], out["G"][:, t - 1] = ledger.metrics(t)
         out["theta_norm"][:, t - 1] = np.linalg.norm(gate.theta.reshape(B, -1), axis=1)
-    out.update(experts=experts, gate_updated=updated, stop_round=gate.stop_round.copy(), T1=gate.T1)
+    out.update(experts=experts, gate_updated=updated, stop_round=gate.stop_round.copy(), T1=gate.T1,
+               final_round_errors=ledger.cur.copy())
     return out
