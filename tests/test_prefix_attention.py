@@ -123,11 +123,11 @@ def test_one_head_matches_hand_computed_equations(activation, act_fn):
     B, N, C, H, Dh, L = 2, 7, 64, 2, 32, 3
     x = rng.standard_normal((B, N, C))
     pk, pv = rng.uniform(-1, 1, (2, B, H, L, Dh))
-    attn.prefix = (torch.tensor(pk, dtype=torch.float32), torch.tensor(pv, dtype=torch.float32))
+    prefix = (torch.tensor(pk, dtype=torch.float32), torch.tensor(pv, dtype=torch.float32))
     with torch.no_grad():
         qkv = attn.qkv(torch.tensor(x, dtype=torch.float32)).numpy()  # (B, N, 3C)
         heads = torch.tensor(x, dtype=torch.float32)
-        got = attn(heads)  # (B, N, C) after proj
+        got = attn(heads, prefix=prefix)  # (B, N, C) after proj
     W = attn.qkv.weight.detach().double().numpy()
     bias = attn.qkv.bias.detach().double().numpy()
     x_aug = np.concatenate([x, np.ones((B, N, 1))], axis=-1)  # fold qkv bias in as a constant input

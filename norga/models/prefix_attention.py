@@ -9,6 +9,11 @@ Shapes (B batch, N tokens, H heads, Dh head dim, L prefix length):
   authors' prefix tuning.
 * output: (B, N, C), exactly timm's layout.
 
+The prefix is a call argument, ``attn(x, prefix=(pk, pv))`` (keyword only, so
+the positional signature stays timm's ``(x, attn_mask, is_causal)``); without
+it the module computes exactly timm's attention. Keys/values with a batch dim
+of 1 are broadcast to the batch.
+
 For one head, one query token i, image keys j and prefix keys p, the
 attention weights are ``softmax([g(s_ip)]_p ++ [s_ij]_j)`` with scaled scores
 ``s = q·k * Dh**-0.5`` and ``g`` the layer's gate (identity for plain prefix
@@ -64,7 +69,6 @@ class PrefixAttention(nn.Module):
         self.proj_drop = attn.proj_drop
         self.prefix_gate = gate if gate is not None else LinearGate()
         self.path = path
-        self.prefix: Optional[Tuple[Tensor, Tensor]] = None  # set per call by PromptedViT
 
     @property
     def path(self) -> str:
@@ -76,14 +80,18 @@ class PrefixAttention(nn.Module):
             raise ValueError(f"unknown attention path {value!r}; choose one of {ATTENTION_PATHS}")
         self._path = value
 
-    def forward(self, x: Tensor, attn_mask: Optional[Tensor] = None, is_causal: bool = False) -> Tensor:
+    def forward(
+        self, x: Tensor, attn_mask: Optional[Tensor] = None, is_causal: bool = False, *,
+        prefix: Optional[Tuple[Tensor, Tensor]] = None,
+    ) -> Tensor:
+        """x (B, N, C), optional prefix (keys, values) each (B or 1, H, L, Dh) -> (B, N, C)."""
         B, N, _ = x.shape
         out_gate = self.gate(x).sigmoid() if self.gate is not None else None
         qkv = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         q, k, v = qkv.unbind(0)
         q, k = self.q_norm(q), self.k_norm(k)
         dropout_p = self.attn_drop.p if self.training else 0.0
-        if self.prefix is None:
+        if prefix is None:
             x = F.scaled_dot_product_attention(
                 q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal
             )
@@ -92,8 +100,7 @@ class PrefixAttention(nn.Module):
                 raise NotImplementedError(
                     "prefix attention does not support attn_mask/is_causal; call without them"
                 )
-            pk, pv = self.prefix
-            self._check_prefix(pk, pv, q)
+            pk, pv = self._check_prefix(prefix, q)
             if self.path == "fast":
                 x = fast_prefix_attention(q, k, v, pk, pv, self.prefix_gate, self.scale, dropout_p)
             else:
@@ -104,15 +111,20 @@ class PrefixAttention(nn.Module):
             x = x * out_gate
         return self.proj_drop(self.proj(x))
 
-    def _check_prefix(self, pk: Tensor, pv: Tensor, q: Tensor) -> None:
+    def _check_prefix(self, prefix: Tuple[Tensor, Tensor], q: Tensor) -> Tuple[Tensor, Tensor]:
+        """Validate (keys, values) against q (B, H, N, Dh); broadcast a batch dim of 1 to B."""
+        pk, pv = prefix
         B, H, _, Dh = q.shape
         for name, t in (("keys", pk), ("values", pv)):
-            if t.dim() != 4 or t.shape[0] != B or t.shape[1] != H or t.shape[3] != Dh:
+            if t.dim() != 4 or t.shape[0] not in (1, B) or t.shape[1] != H or t.shape[3] != Dh:
                 raise ValueError(
-                    f"prefix {name} must have shape (B={B}, H={H}, L, Dh={Dh}), got {tuple(t.shape)}"
+                    f"prefix {name} must have shape (B={B} or 1, H={H}, L, Dh={Dh}), got {tuple(t.shape)}"
                 )
         if pk.shape != pv.shape:
             raise ValueError(f"prefix keys {tuple(pk.shape)} and values {tuple(pv.shape)} differ in shape")
+        if pk.shape[0] != B:
+            pk, pv = pk.expand(B, -1, -1, -1), pv.expand(B, -1, -1, -1)
+        return pk, pv
 
 
 def fast_prefix_attention(

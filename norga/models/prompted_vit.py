@@ -1,29 +1,40 @@
-"""A timm VisionTransformer with per-sample prefix prompts on chosen blocks.
+"""A timm VisionTransformer with prompts on chosen blocks, passed as forward arguments.
 
 ``PromptedViT(vit, prompt_layers=(0, 1, 2, 3, 4), gate="norga", activation="tanh")``
 replaces ``vit.blocks[i].attn`` by :class:`PrefixAttention` for the chosen
-blocks (reusing the original weights) and runs timm's own
-``forward_features`` / ``forward_head`` — only the attention of prompted
-blocks sees the prefixes.
+blocks (reusing the original weights; state-dict keys unchanged) and runs
+timm's own modules block by block (:mod:`norga.models.vit_runner`), handing
+each prompted block its prefix as an argument — so gradient checkpointing
+(``vit.set_grad_checkpointing(True)``) works.
 
-Prefix tensor for a batch: (B, P, 2, L, H, Dh), see :mod:`norga.models.prompts`.
-A single (P, 2, L, H, Dh) prompt is broadcast to the whole batch.
+Prompts of one call (``model(x, prompts)``), see :mod:`norga.models.prompt_inputs`:
+
+* ``None`` — the plain backbone (equal to timm's features to ~1e-6);
+* a stacked prefix tensor (B, P, 2, L, H, Dh) — one length L on all P
+  prompted blocks, as :class:`~norga.models.prompts.PromptPool` gathers it; a
+  single (P, 2, L, H, Dh) prompt is broadcast to the whole batch;
+* a :class:`PromptInput` — per-block prefixes of each block's own length,
+  prepended prompt tokens and the pooling choice.
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
-from typing import Iterator, List, Optional, Sequence
+from typing import Iterator, List, Optional, Sequence, Union
 
 from torch import Tensor, nn
 
+from ..config import ConfigError
+from . import vit_runner
 from .gates import build_gate
 from .prefix_attention import PrefixAttention
+from .prompt_inputs import PromptInput, PromptSpec, resolve_prompts
+
+Prompts = Union[None, Tensor, PromptInput]
 
 DEFAULT_PROMPT_LAYERS = (0, 1, 2, 3, 4)
 
 
 class PromptedViT(nn.Module):
-    """Frozen-backbone ViT whose prompted blocks take per-sample prefixes.
+    """Frozen-backbone ViT whose prompted blocks take per-sample prompts as forward arguments.
 
     Args:
         vit: a timm ``VisionTransformer`` (any size / patch / image size).
@@ -45,30 +56,47 @@ class PromptedViT(nn.Module):
         blocks = getattr(vit, "blocks", None)
         if blocks is None or not hasattr(vit, "forward_features"):
             raise TypeError(f"expected a timm VisionTransformer, got {type(vit).__name__}")
+        vit_runner.check_runnable_vit(vit)
         depth = len(blocks)
         layers = tuple(int(i) for i in prompt_layers)
         bad = [i for i in layers if not 0 <= i < depth]
         if bad or len(set(layers)) != len(layers):
-            raise ValueError(
-                f"prompt_layers {list(layers)} must be distinct block indices in [0, {depth - 1}]"
+            raise ConfigError(
+                f"model.prompt_layers {list(layers)} must be distinct block indices in [0, {depth - 1}]: "
+                f"this backbone has {depth} blocks"
             )
         self.vit = vit
         self.prompt_layers = layers
         self.gate_name = gate
+        for i in layers:
+            vit_runner.check_prompted_block(blocks[i], i)
         for i in layers:
             blocks[i].attn = PrefixAttention(blocks[i].attn, build_gate(gate, **gate_options), path)
         first = self.prefix_attentions[0] if layers else None
         self.num_heads = first.num_heads if first else blocks[0].attn.num_heads
         self.head_dim = first.head_dim if first else blocks[0].attn.head_dim
         self.embed_dim = vit.num_features
+        self.spec = PromptSpec(layers, depth, self.num_heads, self.head_dim, getattr(vit, "embed_dim", self.embed_dim))
 
     @property
     def prefix_attentions(self) -> List[PrefixAttention]:
         return [self.vit.blocks[i].attn for i in self.prompt_layers]
 
     def prompt_shape(self, length: int) -> tuple:
-        """Shape of one task's prompt: (P, 2, L, H, Dh)."""
+        """Shape of one task's stacked prefix prompt: (P, 2, L, H, Dh)."""
         return (len(self.prompt_layers), 2, length, self.num_heads, self.head_dim)
+
+    def prefix_shape(self, length: int) -> tuple:
+        """Shape of one block's prefix keys (or values) for one sample: (H, L, Dh)."""
+        return (self.num_heads, length, self.head_dim)
+
+    def token_shape(self, length: int) -> tuple:
+        """Shape of L_p prepended prompt tokens for one sample: (L_p, D)."""
+        return (length, self.spec.embed_dim)
+
+    def set_grad_checkpointing(self, enable: bool = True) -> None:
+        """timm's switch: checkpoint every block (prefixes are checkpoint inputs)."""
+        self.vit.set_grad_checkpointing(enable)
 
     def set_path(self, path: str) -> None:
         for attn in self.prefix_attentions:
@@ -95,38 +123,36 @@ class PromptedViT(nn.Module):
             attn.prefix_gate.unfreeze()
 
     # ---- forward ----------------------------------------------------
-    @contextmanager
-    def _prefixes(self, x: Tensor, prefix: Optional[Tensor]):
-        per_layer = self._split_prefix(prefix, x.shape[0])
-        try:
-            for attn, kv in zip(self.prefix_attentions, per_layer):
-                attn.prefix = kv
-            yield
-        finally:
-            for attn in self.prefix_attentions:
-                attn.prefix = None
+    def resolve(self, prompts: Prompts, batch: int) -> PromptInput:
+        """Validate ``prompts`` for a batch of ``batch`` images; broadcast batch dims of 1; drop empty ones.
 
-    def _split_prefix(self, prefix: Optional[Tensor], batch: int) -> list:
-        """(B, P, 2, L, H, Dh) -> per layer (keys, values), each (B, H, L, Dh)."""
-        P = len(self.prompt_layers)
-        if prefix is None or prefix.shape[-4] == 0:
-            return [None] * P
-        if prefix.dim() == 5:
-            prefix = prefix.unsqueeze(0).expand(batch, *prefix.shape)
-        expected = f"(B={batch}, P={P}, 2, L, H={self.num_heads}, Dh={self.head_dim})"
-        if prefix.dim() != 6 or tuple(prefix.shape[:3]) != (batch, P, 2) or tuple(
-            prefix.shape[4:]
-        ) != (self.num_heads, self.head_dim):
-            raise ValueError(f"prefix must have shape {expected}, got {tuple(prefix.shape)}")
-        # (B, P, 2, L, H, Dh) -> (P, 2, B, H, L, Dh): batch stays aligned with its own keys/values
-        per_layer = prefix.permute(1, 2, 0, 4, 3, 5)
-        return [(layer[0], layer[1]) for layer in per_layer]
+        Bad shapes raise one ValueError naming the expected shape.
+        """
+        return resolve_prompts(prompts, batch, self.spec)
 
-    def forward_features(self, x: Tensor, prefix: Optional[Tensor] = None) -> Tensor:
-        """Images (B, 3, H, W) -> token features (B, N, D) after timm's final norm."""
-        with self._prefixes(x, prefix):
-            return self.vit.forward_features(x)
+    def forward_features(self, x: Tensor, prompts: Prompts = None) -> Tensor:
+        """Images (B, 3, H, W) -> token features (B, N + L_p, D) after timm's final norm.
 
-    def forward(self, x: Tensor, prefix: Optional[Tensor] = None) -> Tensor:
-        """Images (B, 3, H, W) -> pre-logits features (B, D) (timm pooling, e.g. class token)."""
-        return self.vit.forward_head(self.forward_features(x, prefix), pre_logits=True)
+        Token order: [class token, registers..., L_p prompt tokens, patches]
+        (no prompt tokens: exactly timm's (B, N, D) layout).
+        """
+        return self._features(x, self.resolve(prompts, x.shape[0]))
+
+    def forward(self, x: Tensor, prompts: Prompts = None) -> Tensor:
+        """Images (B, 3, H, W) -> pre-logits features (B, D), pooled as ``prompts.pool`` says.
+
+        Default pooling is timm's (class token); ``PromptInput(pool="prompt_mean")``
+        averages the prompt tokens' outputs.
+        """
+        resolved = self.resolve(prompts, x.shape[0])
+        return self.pool(self._features(x, resolved), resolved)
+
+    def pool(self, features: Tensor, prompts: Optional[PromptInput] = None) -> Tensor:
+        """Token features (B, N + L_p, D) from :meth:`forward_features` -> (B, D)."""
+        resolved = prompts if prompts is not None else PromptInput()
+        return vit_runner.pool(self.vit, features, resolved.num_tokens, resolved.pool)
+
+    def _features(self, x: Tensor, prompts: PromptInput) -> Tensor:
+        tokens = vit_runner.embed(self.vit, x)
+        tokens = vit_runner.run_blocks(self.vit, tokens, prompts.prefixes, prompts.tokens, prompts.token_block)
+        return self.vit.norm(tokens)

@@ -10,6 +10,10 @@ Layout of one task's prompt e_t, shape (P, 2, L, H, Dh):
 A batch of prefixes is the same with a leading batch dim: (B, P, 2, L, H, Dh);
 sample b uses ``prefix[b]`` only, so keys and values never mix across samples.
 Prompts are initialised uniformly in [-1, 1] as in the authors' code.
+
+Prompts of different lengths per block, or prompt tokens prepended to the
+sequence, are passed as a :class:`norga.models.PromptInput` instead
+(``PromptInput.from_stacked`` converts this layout).
 """
 from __future__ import annotations
 
