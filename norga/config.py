@@ -36,6 +36,11 @@ class DataConfig:
     classes_per_task: Optional[int] = _f(None, ge=1)
     first_task_classes: Optional[int] = _f(None, ge=1)
     class_order: Union[str, List[int]] = _f("seed")
+    # how 'seed' shuffles: python = random.seed(seed); random.shuffle(range(C)) (authors' code); numpy = RandomState
+    class_order_rng: str = _f("python", choices=("python", "numpy"))
+    # image transforms: official = the authors' recipe for this benchmark (norga.data.transforms.RECIPES);
+    # backbone = bilinear crop + flip, the backbone's mean/std; or a recipe name (cifar100, imagenet_r, ...)
+    transforms: str = _f("official")
     image_size: Optional[int] = _f(None, ge=8)  # None: the backbone's own input size
     download: bool = _f(False)
     train_per_class: Optional[int] = _f(None, ge=1)
@@ -72,7 +77,12 @@ class TIIConfig:
     mlp_ratios: List[int] = _f([2])
     align_epochs: int = _f(30, ge=0)
     align_lr: float = _f(0.005, gt=0.0)
-    samples_per_class: int = _f(256, ge=1)  # pseudo-features per class and alignment epoch
+    samples_per_class: int = _f(128, ge=1)  # pseudo-features per seen class and alignment epoch
+    align_batches: str = _f("old_classes", choices=("old_classes", "all"))  # batches per alignment epoch
+    scale_align_lr: bool = _f(True)  # align_lr * batch / 256 too (authors' code), when scale_lr_by_batch
+    # official: the authors' single post-LN residual block over mlp_ratios; pre_norm: a pre-LN block per ratio
+    mlp_style: str = _f("official", choices=("official", "pre_norm"))
+    grad_clip: Optional[float] = _f(1.0, gt=0.0)  # max grad norm in TII training (authors: 1.0)
     cache_features: bool = _f(False)  # train on frozen features of un-augmented images, computed once
 
 
@@ -84,49 +94,97 @@ class WTPConfig:
     schedule: str = _f("step", choices=("constant", "step", "cosine"))
     milestones: List[int] = _f([30])
     gamma: float = _f(0.1, gt=0.0)
+    min_lr: float = _f(1e-5, ge=0.0)  # floor of the cosine schedule (timm's lr_min in the authors' scripts)
+    # timm: scheduler.step(epoch) after each epoch sets the next epoch's lr from the finished epoch's index, so a
+    # change "at epoch 30" first applies to 0-based epoch 31 (authors); torch: it applies to epoch 30
+    schedule_stepping: str = _f("timm", choices=("timm", "torch"))
     head_lr_scale: float = _f(0.1, gt=0.0)  # "larger prompt lr": head gets head_lr_scale * lr
-    reg: float = _f(0.1, ge=0.0)  # lambda of the contrastive regulariser (eq. 56)
+    reg: float = _f(0.1, ge=0.0)  # lambda of the contrastive regulariser
+    # official: CE(M M^T / temperature, identity) on M = [old class means; batch features], every task (authors'
+    # code); eq56: the paper's eq. 56 on L2-normalised features, tasks t > 0 only
+    reg_form: str = _f("official", choices=("official", "eq56"))
     temperature: float = _f(0.8, gt=0.0)
     momentum: float = _f(0.01, ge=0.0, le=1.0)  # prompt-ensemble m
     grad_clip: Optional[float] = _f(1.0, gt=0.0)
-    label_smoothing: float = _f(0.1, ge=0.0, le=1.0)
+    label_smoothing: float = _f(0.0, ge=0.0, le=1.0)  # authors' code: none (the flag is parsed, never used)
+    prompt_writeback: bool = _f(True)  # after WTP store p_t (ensembled) as e_t (authors); false: keep raw e_t
 
 
 @dataclass
 class TAPConfig:
     epochs: int = _f(80, ge=0)
     lr: float = _f(0.05, gt=0.0)
-    batch_size: int = _f(128, ge=1)
-    samples_per_class: int = _f(256, ge=1)
+    batch_size: int = _f(640, ge=1)  # authors: 5 x the training batch
+    samples_per_class: int = _f(640, ge=1)  # authors: 5 x the training batch
+    batches: str = _f("old_classes", choices=("old_classes", "all"))  # batches per epoch (see tii.align_batches)
+    after_first_task: bool = _f(False)  # authors' code runs TAP only for tasks t > 0
+
+
+@dataclass
+class LoggingConfig:
+    tensorboard: bool = _f(False)  # also write the per-epoch log as TensorBoard scalars to DIR/tensorboard/
 
 
 @dataclass
 class Config:
     seed: int = _f(42)
     device: str = _f("auto", choices=("auto", "cpu", "cuda"))
-    scale_lr_by_batch: bool = _f(True)  # lr * batch / 256, as the authors' scripts
+    scale_lr_by_batch: bool = _f(True)  # TII, TII-alignment (see tii.scale_align_lr) and WTP lr * batch / 256
     eval_batch_size: int = _f(256, ge=1)
+    # true: classifier logits restricted to classes seen so far (standard class-incremental evaluation);
+    # false: all classes compete in the argmax (authors' code). TII logits are always restricted.
+    eval_mask_unseen: bool = _f(True)
+    head_init: str = _f("trunc_normal", choices=("trunc_normal", "pytorch"))  # linear layers of both heads
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     stats: StatsConfig = field(default_factory=StatsConfig)
     tii: TIIConfig = field(default_factory=TIIConfig)
     wtp: WTPConfig = field(default_factory=WTPConfig)
     tap: TAPConfig = field(default_factory=TAPConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+
+    def __post_init__(self):
+        if self.tap.after_first_task and self.tap.batches == "old_classes":
+            raise ConfigError("tap.after_first_task=true with tap.batches=old_classes would run 0 TAP batches after "
+                              "the first task (C_old = 0); set tap.batches=all, or tap.after_first_task=false")
 
 
 def load_config(path: Optional[Union[str, Path]] = None, overrides: Optional[List[str]] = None) -> Config:
     """Read YAML (or start from defaults), apply ``key.path=value`` overrides, validate."""
-    raw: Dict[str, Any] = {}
-    if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"config file not found: {path}")
-        raw = yaml.safe_load(path.read_text()) or {}
-        if not isinstance(raw, dict):
-            raise ConfigError(f"{path}: top level must be a mapping of keys to values")
+    raw: Dict[str, Any] = {} if path is None else _read_yaml_file(Path(path))
     for item in overrides or []:
         _apply_override(raw, item)
     return from_dict(Config, raw, "")
+
+
+def _yaml_problem(err: yaml.YAMLError) -> str:
+    """'line L, column C: problem' of a YAML error (one line)."""
+    mark = getattr(err, "problem_mark", None)
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+    return where + " ".join(str(problem).split())
+
+
+def _read_yaml_file(path: Path) -> Dict[str, Any]:
+    """A config file's top-level mapping; every problem is one ConfigError naming the file."""
+    if path.is_dir():
+        raise ConfigError(f"config path {path} is a folder; give a YAML file, e.g. configs/smoke.yaml")
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        text = path.read_text(encoding="utf-8")
+        raw = yaml.safe_load(text)
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not a UTF-8 text file ({err.reason} at byte {err.start})") from err
+    except OSError as err:
+        raise ConfigError(f"cannot read config file {path}: {err.strerror or err}") from err
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: invalid YAML at {_yaml_problem(err)}") from err
+    if raw is None:
+        raise ConfigError(f"{path} is empty; start from a shipped config, e.g. configs/smoke.yaml")
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: top level must be a mapping of keys to values")
+    return raw
 
 
 def config_to_dict(cfg: Config) -> Dict[str, Any]:
@@ -143,7 +201,10 @@ def _apply_override(raw: Dict[str, Any], item: str) -> None:
         node = node.setdefault(part, {})
         if not isinstance(node, dict):
             raise ConfigError(f"override {key!r}: {part!r} is not a section")
-    node[parts[-1]] = yaml.safe_load(text) if text.strip() else None
+    try:
+        node[parts[-1]] = yaml.safe_load(text) if text.strip() else None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"override {item!r}: the value is not valid YAML ({_yaml_problem(err)})") from err
 
 
 def from_dict(cls, raw: Dict[str, Any], prefix: str):

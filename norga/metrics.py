@@ -6,7 +6,9 @@ over **tasks, not samples**, as in the paper:
 
 * FA  = mean_i S[i, T-1]                        (final average accuracy)
 * CA  = mean_t A_t,  A_t = mean_{i<=t} S[i, t]    (cumulative average accuracy)
-* FM  = mean_{i<T-1} max_{t<T-1} (S[i, t] - S[i, T-1])   (forgetting)
+* FM  = mean_{i<T-1} max_{t<T-1} (S[i, t] - S[i, T-1])   (forgetting, as the paper defines it)
+* FM_official = mean_{i<T-1} (max_{t<=T-1} S[i, t] - S[i, T-1])   (the authors' code: the
+  max includes the last column, so a task that improves at the end counts 0, never < 0)
 * BWT = mean_{i<T-1} (S[i, T-1] - S[i, i])        (backward transfer)
 
 Each metric is a small function of the (upper-triangular) matrix; a run
@@ -52,6 +54,14 @@ def forgetting(S: np.ndarray) -> float:
     return float(np.mean(drops))
 
 
+def forgetting_official(S: np.ndarray) -> float:
+    """FM as the authors' code computes it (max over every column, the last included); 0.0 for one task."""
+    T = S.shape[0]
+    if T < 2:
+        return 0.0
+    return float(np.mean([np.nanmax(S[i, :]) - S[i, T - 1] for i in range(T - 1)]))
+
+
 def backward_transfer(S: np.ndarray) -> float:
     T = S.shape[0]
     if T < 2:
@@ -66,6 +76,7 @@ def summarize(rows: Sequence[Sequence[Optional[float]]]) -> Dict[str, float]:
         "FA": final_average_accuracy(S),
         "CA": cumulative_average_accuracy(S),
         "FM": forgetting(S),
+        "FM_official": forgetting_official(S),
         "BWT": backward_transfer(S),
     }
 

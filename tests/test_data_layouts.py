@@ -164,7 +164,7 @@ def five_root(tmp_path, monkeypatch):
 
 
 def test_five_datasets_order_offsets_and_grayscale(five_root):
-    bench = build_benchmark("five_datasets", five_root, 5, image_size=16, seed=7)
+    bench = build_benchmark("five_datasets", five_root, 5, image_size=16, seed=7, class_order_rng="numpy")
     counts = bench.info()
     assert counts["svhn_train"] == 30 and counts["notmnist_train"] == 30 and counts["fashion_mnist_test"] == 20
     assert bench.num_classes == 50 and bench.task_classes[4] == list(range(40, 50))
@@ -178,6 +178,15 @@ def test_five_datasets_order_offsets_and_grayscale(five_root):
     assert x.shape == (3, 16, 16) and y in range(10, 20)
     natural = build_benchmark("five_datasets", five_root, 5, image_size=16, class_order="natural")
     assert natural.class_order == list(range(50))
+    # the authors' seeding shuffles the order of the datasets (tasks), classes in natural order within each
+    authors = build_benchmark("five_datasets", five_root, 5, image_size=16, seed=42, transforms="official")
+    tasks = [authors.class_names[authors.task_classes[t][0]].split(":")[0] for t in range(5)]
+    assert tasks == ["notmnist", "mnist", "cifar10", "fashion_mnist", "svhn"]
+    assert all(authors.class_order[10 * t:10 * t + 10] == sorted(authors.class_order[10 * t:10 * t + 10])
+               for t in range(5))
+    assert authors.recipes == ("generic", "generic", "cifar", "cifar", "cifar")
+    x, _ = authors.train_set(0, train_transform=False)[0]  # notMNIST, generic recipe: no normalisation
+    assert x.min() >= 0.0 and x.max() <= 1.0
 
 
 def test_five_datasets_errors(five_root, tmp_path):

@@ -33,8 +33,18 @@ def test_fa_is_the_mean_of_the_last_column_over_tasks_not_samples():
 
 
 def test_single_task_and_bad_matrices():
-    assert summarize([[0.42]]) == {"FA": 0.42, "CA": 0.42, "FM": 0.0, "BWT": 0.0}
+    assert summarize([[0.42]]) == {"FA": 0.42, "CA": 0.42, "FM": 0.0, "FM_official": 0.0, "BWT": 0.0}
     with pytest.raises(ValueError, match="square"):
         summarize([[0.1, 0.2]])
     with pytest.raises(ValueError, match="missing entries"):
         summarize([[0.1, None], [None, 0.2]])
+
+
+def test_fm_official_counts_the_last_column_in_the_max_by_hand():
+    # task 0 peaks after task 1 (0.8), task 1 *improves* at the end (0.6 -> 0.7)
+    S = [[0.5, 0.8, 0.6], [None, 0.6, 0.7], [None, None, 0.9]]
+    m = summarize(S)
+    # paper FM: max over t < 2 -> task 0: 0.8 - 0.6 = 0.2; task 1: 0.6 - 0.7 = -0.1; mean 0.05
+    assert math.isclose(m["FM"], 0.05)
+    # authors' code: max over all columns -> task 0: 0.8 - 0.6 = 0.2; task 1: 0.7 - 0.7 = 0; mean 0.1
+    assert math.isclose(m["FM_official"], 0.1)

@@ -6,7 +6,8 @@ through batch composition):
 1. frozen features (B, D) -> TII logits over seen classes -> predicted class
    -> predicted task (B,);
 2. prompted features with ``task_prompts[predicted_task]`` (B, P, 2, L, H, Dh)
-   -> classifier logits over seen classes -> class-incremental prediction;
+   -> classifier logits over seen classes (over all classes with
+   ``mask_unseen=False``, as the authors' code) -> class-incremental prediction;
 3. task-incremental prediction (true task given, paper Table 4): the true
    task's prompt and logits restricted to that task's classes.
 
@@ -33,6 +34,8 @@ class TaskEvaluation:
     cil_accuracy: float  # class-incremental accuracy, fraction
     til_accuracy: float  # task-incremental accuracy (true task id given), fraction
     tii_accuracy: float  # task-identity inference accuracy, fraction
+    tii_predicted: Tuple[int, ...] = ()  # number of test samples assigned to each task 0..T-1 by TII
+    cil_unmasked_accuracy: float = float("nan")  # CIL with every class's logit competing (authors' evaluation)
 
 
 @dataclass
@@ -86,11 +89,13 @@ def prompted_features(model: nn.Module, x: Tensor, index: Tensor, prompt_ids: Te
 @torch.no_grad()
 def evaluate_task(model: nn.Module, tii_head: nn.Module, head: nn.Module, task_prompts: Optional[Tensor],
                   class_to_task: Tensor, task: int, seen: Tensor, loader, device,
-                  cache: Optional[FeatureCache] = None) -> TaskEvaluation:
+                  cache: Optional[FeatureCache] = None, mask_unseen: bool = True) -> TaskEvaluation:
     """Accuracies on one task's test ``loader`` (fixed order, no shuffling); ``task_prompts`` (T, P, 2, L, H, Dh).
 
     ``task_prompts=None`` evaluates the no-prompt reference (frozen features only).
     Pass the same ``cache`` to every evaluation of a run to reuse features.
+    ``mask_unseen=False`` lets every class's classifier logit compete (the TII
+    logits stay restricted to ``seen``).
     """
     model.eval()
     head.eval()
@@ -99,7 +104,9 @@ def evaluate_task(model: nn.Module, tii_head: nn.Module, head: nn.Module, task_p
     task_classes = class_to_task.to(device) == task
     frozen_all = cache.frozen.get(task)
     new_frozen = [] if frozen_all is None else None
-    counts, offset = {"cil": 0, "til": 0, "tii": 0}, 0
+    counts, offset = {"cil": 0, "til": 0, "tii": 0, "cil_unmasked": 0}, 0
+    predicted = torch.zeros(int(class_to_task.max()) + 1, dtype=torch.long)
+    cil_allowed = seen if mask_unseen else torch.ones_like(seen)
     for x, y in loader:
         x, y = x.to(device), torch.as_tensor(y).to(device)
         index = torch.arange(offset, offset + len(y))
@@ -114,13 +121,17 @@ def evaluate_task(model: nn.Module, tii_head: nn.Module, head: nn.Module, task_p
             feats = prompted_features(model, x, index, tasks, task_prompts, cache, task, n).to(device)
             true_feats = prompted_features(model, x, index, torch.full_like(tasks, task), task_prompts, cache,
                                            task, n).to(device)
-        counts["cil"] += (masked_logits(head(feats), seen).argmax(1) == y).sum().item()
+        logits = head(feats)
+        counts["cil"] += (masked_logits(logits, cil_allowed).argmax(1) == y).sum().item()
+        counts["cil_unmasked"] += (logits.argmax(1) == y).sum().item()
         counts["til"] += (masked_logits(head(true_feats), task_classes).argmax(1) == y).sum().item()
         counts["tii"] += (tasks == task).sum().item()
+        predicted = predicted + torch.bincount(tasks.cpu(), minlength=len(predicted))
     if offset == 0:
         raise ValueError(f"test set of task {task} is empty")
     if offset != n:
         raise ValueError(f"test loader of task {task} yielded {offset} samples, its dataset has {n}")
     if new_frozen is not None:
         cache.frozen[task] = torch.cat(new_frozen)
-    return TaskEvaluation(counts["cil"] / n, counts["til"] / n, counts["tii"] / n)
+    return TaskEvaluation(counts["cil"] / n, counts["til"] / n, counts["tii"] / n, tuple(predicted.tolist()),
+                          counts["cil_unmasked"] / n)

@@ -1,88 +1,342 @@
-"""Run directory: atomic writes of config, metrics, accuracy matrix, checkpoints and the log.
+"""Run directory: atomic writes, verified checkpoints, one process per folder.
 
-Layout of ``DIR``::
+Layout of ``DIR`` (tasks are numbered from 0 everywhere)::
 
-    config.yaml          fully resolved config
-    metrics.json         FA/CA/FM/BWT, acc_matrix, TII, timings (completed tasks only)
-    acc_matrix.csv       rows = task i, columns = after learning task t (empty where t < i)
-    log.txt              human-readable log
-    checkpoints/task_XX.pt   state after task XX (prompts, gates, heads, TII head,
-                             that task's Gaussian statistics, RNG states)
+    config.yaml              fully resolved config
+    metrics.json             FA/CA/FM/BWT, matrices, TII, timings (completed tasks only)
+    acc_matrix.csv           rows = evaluated task i, columns = after learning task t
+    log.txt                  human-readable log
+    checkpoints/task_XX.pt   state after task XX (prompts, gates, heads, TII head, that
+                             task's Gaussian statistics, RNG states, its evaluation row)
+    checkpoints/task_XX.pt.sha256   its checksum (``sha256sum -c`` format); a task is
+                             complete only when this file exists and matches
+    .lock                    present while a process trains into the folder (holds its pid)
+
+Guarantees: every file is written to a temp file in the same folder, fsync'ed,
+renamed over the old one and the folder fsync'ed, so an interrupted write never
+replaces a good file; files get the permissions of any file the user creates
+(0666 minus the umask). A checkpoint's checksum is written after the checkpoint
+itself, so a crash in between leaves the task incomplete, never half-trusted.
+Checkpoints are loaded with ``torch.load(weights_only=True)`` (no code runs on
+load). ``metrics.json`` is derived from the checkpoints' evaluation rows and
+can be rebuilt from them.
 """
 from __future__ import annotations
 
 import csv
+import errno
+import functools
+import hashlib
 import io
 import json
 import logging
 import os
+import subprocess
+import sys
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import List, Optional
 
 import torch
 import yaml
 
+from ..errors import RunError
+
+_FULL = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
+_READ_ONLY = {errno.EROFS, errno.EACCES, errno.EPERM}
+
+
+def _umask() -> int:
+    """The process umask (read without changing it where /proc allows)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
+
+
+def file_mode() -> int:
+    """Permissions of a newly created regular file: 0666 minus the umask."""
+    return 0o666 & ~_umask()
+
+
+def write_failure(path: Path, err: OSError) -> RunError:
+    """One-line error for a failed write (disk full, read-only or unwritable folder, ...)."""
+    reason = err.strerror or str(err)
+    if err.errno in _FULL:
+        fix = "free some space"
+    elif err.errno in _READ_ONLY:
+        fix = "make the folder writable or choose another --output-dir"
+    else:
+        fix = "check the folder"
+    return RunError(f"cannot write {path}: {reason}; {fix}, then re-run the same command "
+                    "(files of completed tasks are intact)")
+
+
+def _write(f, data: bytes, path: Path) -> None:
+    """Write all of ``data`` for ``path`` into the open temp file ``f`` (a seam for fault-injection tests)."""
+    f.write(data)
+
+
+def fsync_dir(folder: Path) -> None:
+    """Make a rename in ``folder`` durable (no-op where folders cannot be fsync'ed)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write via a temp file in the same folder + rename: readers never see a partial file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    """Temp file in the same folder + fsync + rename + folder fsync: readers never see a partial file.
+
+    A failure (e.g. disk full) leaves the previous file untouched and raises :class:`RunError`.
+    """
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as err:
+        raise write_failure(path, err) from err
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            os.fchmod(f.fileno(), file_mode())
+            _write(f, data, path)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(err, OSError):
+            raise write_failure(path, err) from err
         raise
+    fsync_dir(path.parent)
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@functools.lru_cache(maxsize=1)
+def code_version() -> dict:
+    """norga version and, in a git checkout, the commit of the code (``git_dirty``: uncommitted changes)."""
+    from .. import __version__
+
+    root = Path(__file__).resolve().parents[2]
+    info = {"version": __version__, "git_commit": None, "git_dirty": None}
+    if not (root / ".git").exists():
+        return info
+    try:
+        git = lambda *a: subprocess.run(["git", "-C", str(root), *a], capture_output=True, text=True, timeout=10)
+        head = git("rev-parse", "HEAD")
+        if head.returncode == 0:
+            info["git_commit"] = head.stdout.strip()
+            info["git_dirty"] = bool(git("status", "--porcelain", "--untracked-files=no").stdout.strip())
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return info
+
+
+def _non_finite_key(obj, path: str = "") -> Optional[str]:
+    """Key path of the first NaN/inf float in nested dicts/lists, e.g. 'acc_matrix[1][2]'."""
+    if isinstance(obj, float) and obj != obj or obj in (float("inf"), float("-inf")):
+        return path or "(top level)"
+    items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, (list, tuple)) else ()
+    for key, value in items:
+        found = _non_finite_key(value, f"{path}.{key}" if isinstance(obj, dict) and path else
+                                str(key) if isinstance(obj, dict) else f"{path}[{key}]")
+        if found:
+            return found
+    return None
+
+
+@dataclass
+class RunState:
+    """What a scan of the checkpoints found: ``done`` leading intact tasks and notes for the log."""
+
+    done: int = 0
+    notes: List[str] = field(default_factory=list)
+    corrupt: Optional[str] = None  # the message about a corrupt checkpoint, if one was found
 
 
 class RunDir:
+    """Paths and verified reads/writes of one run folder (see the module docstring)."""
+
     def __init__(self, root: Path):
         self.root = Path(root)
         self.checkpoints = self.root / "checkpoints"
 
+    # ---- checkpoints ---------------------------------------------------
     def checkpoint_path(self, task: int) -> Path:
         return self.checkpoints / f"task_{task:02d}.pt"
 
-    def completed_tasks(self) -> int:
-        """Number of leading tasks whose checkpoint exists (0, 1, 2, ...)."""
-        n = 0
-        while self.checkpoint_path(n).is_file():
-            n += 1
-        return n
+    def checksum_path(self, task: int) -> Path:
+        return self.checkpoints / f"task_{task:02d}.pt.sha256"
+
+    def _name(self, task: int) -> str:
+        return f"checkpoints/task_{task:02d}.pt (task {task})"
 
     def save_checkpoint(self, task: int, state: dict) -> None:
+        """Checkpoint first, then its checksum: the task counts as complete only once both exist."""
         buffer = io.BytesIO()
         torch.save(state, buffer)
-        atomic_write_bytes(self.checkpoint_path(task), buffer.getvalue())
+        data = buffer.getvalue()
+        atomic_write_bytes(self.checkpoint_path(task), data)
+        line = f"{sha256_hex(data)}  {self.checkpoint_path(task).name}\n"
+        atomic_write_bytes(self.checksum_path(task), line.encode())
+
+    def _problem(self, task: int) -> Optional[str]:
+        """None if checkpoint ``task`` matches its checksum, else what is wrong."""
+        try:
+            expected = self.checksum_path(task).read_text().split()[0].lower()
+        except (OSError, IndexError, UnicodeDecodeError):
+            return "no checksum"
+        try:
+            actual = sha256_hex(self.checkpoint_path(task).read_bytes())
+        except OSError as err:
+            return f"unreadable ({err.strerror or err})"
+        return None if actual == expected else "sha256 mismatch: the file is truncated or was modified"
+
+    def verified_bytes(self, task: int) -> bytes:
+        """Checkpoint bytes after checking them against the checksum file (RunError otherwise)."""
+        try:
+            data = self.checkpoint_path(task).read_bytes()
+            expected = self.checksum_path(task).read_text().split()[0].lower()
+        except (OSError, IndexError, UnicodeDecodeError) as err:
+            raise RunError(f"{self.root}: {self._name(task)} or its checksum file cannot be read ({err})") from err
+        if sha256_hex(data) != expected:
+            raise RunError(f"{self.root}: {self._name(task)} is corrupt (sha256 mismatch: truncated or modified); "
+                           f"'norga train' on this folder trains task {task} again")
+        return data
 
     def load_checkpoint(self, task: int) -> dict:
-        return torch.load(self.checkpoint_path(task), map_location="cpu", weights_only=False)
+        """Verified checkpoint, loaded with ``weights_only=True`` (no pickled code is executed)."""
+        data = self.verified_bytes(task)
+        try:
+            return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+        except Exception as err:  # noqa: BLE001 - any unpickling failure is the same user-facing problem
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise RunError(f"{self.root}: {self._name(task)} cannot be loaded safely ({first}); it was not "
+                           "written by this norga version: use a new --output-dir") from err
 
+    def scan(self, num_tasks: Optional[int] = None) -> RunState:
+        """Leading tasks whose checkpoint matches its checksum; stops at the first that does not.
+
+        A checkpoint without checksum file is an interrupted write; a corrupt one is
+        reported (``state.corrupt``). Either way training redoes that task and overwrites
+        it. Checkpoints without checksum files followed by later results come from an
+        older norga and are refused (:class:`RunError`). Nothing is modified.
+        """
+        state = RunState()
+        limit = num_tasks if num_tasks is not None else 10**6
+        while state.done < limit and self.checkpoint_path(state.done).is_file():
+            t = state.done
+            problem = self._problem(t)
+            if problem is None:
+                state.done += 1
+                continue
+            if problem == "no checksum":
+                self._refuse_legacy(t)
+                state.notes.append(f"{self._name(t)} has no checksum file: its write was interrupted; "
+                                   f"task {t} is trained again")
+            else:
+                state.corrupt = f"{self._name(t)} is corrupt ({problem})"
+                state.notes.append(f"{state.corrupt}; resuming after the last intact task: task {t} is trained "
+                                   "again")
+            break
+        return state
+
+    def _refuse_legacy(self, task: int) -> None:
+        """An older norga wrote no checksum files at all; this one always has task 0's once task 1 exists."""
+        if any(self.checkpoints.glob("*.pt.sha256")):
+            return
+        later = self.checkpoint_path(task + 1).is_file()
+        metrics = self.read_metrics() or {}
+        if later or int(metrics.get("completed_tasks") or 0) > task:
+            raise RunError(f"{self.root}: checkpoints without checksum files (task_{task:02d}.pt.sha256 missing) "
+                           "were written by an older norga version and cannot be verified; use a new --output-dir")
+
+    def completed_tasks(self) -> int:
+        """Number of leading tasks whose checkpoint is intact (0, 1, 2, ...)."""
+        return self.scan().done
+
+    def clean_temp_files(self) -> None:
+        """Remove temp files left by a killed writer (call only while holding the lock)."""
+        for folder in (self.root, self.checkpoints):
+            if folder.is_dir():
+                for tmp in folder.glob(".*.tmp"):
+                    tmp.unlink(missing_ok=True)
+
+    # ---- config, metrics, matrix -----------------------------------------
     def write_config(self, resolved: dict) -> None:
         atomic_write_bytes(self.root / "config.yaml", yaml.safe_dump(resolved, sort_keys=False).encode())
 
     def read_config(self) -> Optional[dict]:
         path = self.root / "config.yaml"
-        return yaml.safe_load(path.read_text()) if path.is_file() else None
+        if not path.is_file():
+            return None
+        try:
+            raw = yaml.safe_load(path.read_text())
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+            raise RunError(f"{path} is unreadable ({type(err).__name__}); restore it or use a new "
+                           "--output-dir") from err
+        if not isinstance(raw, dict):
+            raise RunError(f"{path} is not a norga config (top level is not a mapping); use a new --output-dir")
+        return raw
 
     def write_metrics(self, metrics: dict) -> None:
-        atomic_write_bytes(self.root / "metrics.json", (json.dumps(metrics, indent=2) + "\n").encode())
+        """metrics.json; NaN/inf never reach it (RunError naming the first such key instead)."""
+        try:
+            text = json.dumps(metrics, indent=2, allow_nan=False)
+        except ValueError:
+            raise RunError(f"metrics for {self.root} hold NaN or inf at {_non_finite_key(metrics)}; not written "
+                           "(did training diverge? see log.txt)") from None
+        atomic_write_bytes(self.root / "metrics.json", (text + "\n").encode())
 
     def read_metrics(self) -> Optional[dict]:
-        path = self.root / "metrics.json"
-        return json.loads(path.read_text()) if path.is_file() else None
+        """metrics.json, or None when missing or unreadable (it is rebuilt from the checkpoints)."""
+        try:
+            data = json.loads((self.root / "metrics.json").read_text())
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
 
     def write_matrix_csv(self, rows: List[List[Optional[float]]]) -> None:
+        """Class-incremental accuracy S[i][t]: one row per evaluated task i, one column per task t learned."""
         out = io.StringIO()
-        writer = csv.writer(out)
-        writer.writerow(["task"] + [f"after_task_{t}" for t in range(len(rows))])
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(["evaluated_task"] + [f"after_task_{t}" for t in range(len(rows))])
         for i, row in enumerate(rows):
             writer.writerow([i] + ["" if v is None else f"{v:.6f}" for v in row])
         atomic_write_bytes(self.root / "acc_matrix.csv", out.getvalue().encode())
+
+    # ---- folder, lock, log ---------------------------------------------------
+    def ensure_folder(self) -> bool:
+        """Create the run folder if needed; True if it was created now. RunError if it is a file."""
+        if self.root.exists() and not self.root.is_dir():
+            raise RunError(f"output folder {self.root} exists and is not a folder; choose another --output-dir")
+        try:
+            existed = self.root.is_dir()
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise write_failure(self.root, err) from err
+        return not existed
+
+    def lock(self):
+        """Exclusive lock on ``DIR/.lock`` (a context manager, see :mod:`norga.continual.runlock`)."""
+        from .runlock import RunLock
+
+        return RunLock(self.root / ".lock")
 
     def logger(self) -> logging.Logger:
         """Logger writing to log.txt (appending across resumes) and to stdout."""
@@ -91,8 +345,20 @@ class RunDir:
         if not log.handlers:
             log.setLevel(logging.INFO)
             fmt = logging.Formatter("%(asctime)s %(message)s", "%Y-%m-%d %H:%M:%S")
-            for handler in (logging.FileHandler(self.root / "log.txt"), logging.StreamHandler()):
+            for handler in (QuietFileHandler(self.root / "log.txt"), logging.StreamHandler(sys.stdout)):
                 handler.setFormatter(fmt)
                 log.addHandler(handler)
             log.propagate = False
         return log
+
+
+class QuietFileHandler(logging.FileHandler):
+    """A log file that, when it cannot be written (disk full), warns once on stderr instead of a traceback."""
+
+    _warned = False
+
+    def handleError(self, record) -> None:  # noqa: N802 - logging's name
+        if not self._warned:
+            self._warned = True
+            print(f"warning: cannot write {self.baseFilename} ({sys.exc_info()[1]}); log lines are skipped",
+                  file=sys.stderr)

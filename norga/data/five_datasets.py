@@ -99,9 +99,9 @@ def five_datasets_source(root, download: bool, options: dict) -> RawData:
         try:
             loaded[name] = {split: loaders[name](split == "train") for split in ("train", "test")}
         except DataError as err:
-            problems.append(f"  - {err}")
-    if problems:
-        raise DataError(f"five_datasets: {len(problems)} of 5 datasets missing under {root}:\n" + "\n".join(problems))
+            problems.append(f"({len(problems) + 1}) {str(err).replace('five_datasets: ', '', 1)}")
+    if problems:  # one line: the command line prints every error as a single line
+        raise DataError(f"five_datasets: {len(problems)} of 5 datasets missing under {root}: " + " ".join(problems))
     parts = {"train": ([], []), "test": ([], [])}
     counts = {}
     for offset, name in enumerate(ORDER):

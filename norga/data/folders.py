@@ -122,7 +122,10 @@ def imagenet_r_source(root, download: bool, options: dict) -> RawData:
 
 # ---------------------------------------------------------------- CUB-200
 def _read_table(path: Path, columns: int) -> List[List[str]]:
-    rows = [line.split() for line in path.read_text().splitlines() if line.strip()]
+    try:
+        rows = [line.split() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    except (OSError, UnicodeDecodeError) as err:
+        raise DataError(f"cub200: cannot read {path} ({err}); re-extract CUB_200_2011.tgz") from err
     bad = [i for i, r in enumerate(rows) if len(r) < columns]
     if bad:
         raise DataError(f"cub200: {path} line {bad[0] + 1} has fewer than {columns} fields")
@@ -144,7 +147,11 @@ def cub200_source(root, download: bool, options: dict) -> RawData:
                         f"({CUB_URL}): {folder}/{{{','.join(needed)}}} and {folder}/images/<class>/<image>.jpg; "
                         "data.download=true fetches it")
     paths = {i: p for i, p in _read_table(folder / "images.txt", 2)}
-    labels = {i: int(c) - 1 for i, c in _read_table(folder / "image_class_labels.txt", 2)}
+    labels = {i: c for i, c in _read_table(folder / "image_class_labels.txt", 2)}
+    if not all(c.isdigit() and int(c) >= 1 for c in labels.values()):
+        raise DataError(f"cub200: {folder / 'image_class_labels.txt'} must hold class ids 1..200; re-extract "
+                        "CUB_200_2011.tgz")
+    labels = {i: int(c) - 1 for i, c in labels.items()}
     is_train = {i: s == "1" for i, s in _read_table(folder / "train_test_split.txt", 2)}
     names = [" ".join(r[1:]) for r in _read_table(folder / "classes.txt", 2)]
     if set(paths) != set(labels) or set(paths) != set(is_train):

@@ -11,8 +11,10 @@ from typing import Callable, Dict, List, Optional
 
 import numpy as np
 
+from ..errors import NorgaError
 
-class DataError(FileNotFoundError):
+
+class DataError(NorgaError, FileNotFoundError):
     """Data missing or malformed: the message names the dataset, path, expected layout and source."""
 
 
@@ -45,25 +47,103 @@ def register_source(name: str):
     return wrap
 
 
+ARRAY_LAYOUT = "a .npz file with arrays train_x, train_y, test_x, test_y (uint8 images NHWC or NHW, integer labels)"
+
+
 @register_source("array")
 def array_source(root, download: bool, options: dict) -> RawData:
-    """Any .npz with train_x, train_y, test_x, test_y (uint8 NHWC or NHW) and optional classes."""
+    """Any .npz with train_x, train_y, test_x, test_y (uint8 NHWC or NHW) and optional classes.
+
+    Everything is checked here (so ``--dry-run`` catches it): a readable npz, uint8
+    images with 1, 3 or 4 channels last (channel-first arrays are named as such),
+    1-D integer labels >= 0, one label per image, no empty split, and every class
+    present in both splits.
+    """
     path = Path(root) if root else None
-    layout = "a .npz file with arrays train_x, train_y, test_x, test_y (uint8 images NHWC or NHW)"
+    if path is not None and path.is_dir():
+        raise DataError(f"array dataset: data.root {path} is a folder; it must be the .npz file itself "
+                        f"({ARRAY_LAYOUT})")
     if path is None or not path.is_file():
-        raise DataError(f"array dataset: file not found: {path}; expected {layout} (data.root = its path)")
-    with np.load(path, allow_pickle=False) as f:
-        missing = [k for k in ("train_x", "train_y", "test_x", "test_y") if k not in f]
-        if missing:
-            raise DataError(f"array dataset {path}: missing arrays {missing}; expected {layout}")
-        data = RawData(f["train_x"], f["train_y"].astype(np.int64), f["test_x"], f["test_y"].astype(np.int64),
-                       [str(c) for c in f["classes"]] if "classes" in f else None)
+        raise DataError(f"array dataset: file not found: {path}; expected {ARRAY_LAYOUT} (data.root = its path)")
+    data = _read_npz(path)
     for split in ("train", "test"):
-        x, y = getattr(data, f"{split}_x"), getattr(data, f"{split}_y")
-        if x.dtype != np.uint8 or x.ndim not in (3, 4) or len(x) != len(y):
-            raise DataError(f"array dataset {path}: {split}_x must be uint8 NHWC/NHW with one label each, "
-                            f"got {x.dtype} {x.shape} and {len(y)} labels")
+        x = _check_images(path, split, getattr(data, f"{split}_x"))
+        setattr(data, f"{split}_x", x)
+        setattr(data, f"{split}_y", _check_labels(path, split, getattr(data, f"{split}_y"), len(x)))
+    _check_class_coverage(path, data.train_y, data.test_y)
     return data
+
+
+def _read_npz(path: Path) -> RawData:
+    """All arrays of the .npz, read now (a truncated or foreign file fails here, with one DataError)."""
+    with open(path, "rb") as raw:
+        magic = raw.read(6)
+    if not magic.startswith((b"PK", b"\x93NUMPY")):
+        raise DataError(f"array dataset {path}: not an .npz archive (it does not start with the zip signature); "
+                        f"expected {ARRAY_LAYOUT} (write it with numpy.savez)")
+    try:
+        f = np.load(path, allow_pickle=False)
+        if not hasattr(f, "files"):
+            raise DataError(f"array dataset {path}: holds a single array, not an .npz archive; "
+                            f"expected {ARRAY_LAYOUT}")
+        with f:
+            missing = [k for k in ("train_x", "train_y", "test_x", "test_y") if k not in f.files]
+            if missing:
+                raise DataError(f"array dataset {path}: missing arrays {missing}; expected {ARRAY_LAYOUT}")
+            arrays = {k: f[k] for k in ("train_x", "train_y", "test_x", "test_y")}
+            classes = [str(c) for c in f["classes"]] if "classes" in f.files else None
+    except DataError:
+        raise
+    except Exception as err:  # noqa: BLE001 - BadZipFile, zlib/CRC errors, pickle refusals, EOF: all "unreadable"
+        if "pickle" in str(err):
+            raise DataError(f"array dataset {path}: an array holds Python objects (dtype=object), which are not "
+                            "loaded for safety; store plain numeric arrays") from err
+        reason = f"{type(err).__name__}: {err}"
+        raise DataError(f"array dataset {path}: not a readable .npz archive ({reason}); the file may be truncated "
+                        f"or not an npz; expected {ARRAY_LAYOUT} (write it with numpy.savez)") from err
+    return RawData(arrays["train_x"], arrays["train_y"], arrays["test_x"], arrays["test_y"], classes)
+
+
+def _check_images(path: Path, split: str, x: np.ndarray) -> np.ndarray:
+    """uint8 (N, H, W) or (N, H, W, C) with C in 1, 3, 4; a trailing single channel is dropped."""
+    where = f"array dataset {path}: {split}_x"
+    if x.dtype != np.uint8:
+        raise DataError(f"{where} must be uint8 (0-255), got {x.dtype}; convert with (x * 255).astype(np.uint8) "
+                        "if it holds floats in [0, 1]")
+    if x.ndim not in (3, 4) or len(x) == 0 or 0 in x.shape:
+        raise DataError(f"{where} must be a non-empty NHWC or NHW image array, got shape {x.shape}")
+    if x.ndim == 4 and x.shape[-1] not in (1, 3, 4):
+        if x.shape[1] in (1, 3, 4):
+            raise DataError(f"{where} has shape {x.shape}, which looks channel-first (N, C, H, W); store images "
+                            "channel-last (N, H, W, C): x.transpose(0, 2, 3, 1)")
+        raise DataError(f"{where} has shape {x.shape}: images need 1 (gray), 3 (RGB) or 4 (RGBA) channels last")
+    return x[..., 0] if x.ndim == 4 and x.shape[-1] == 1 else x
+
+
+def _check_labels(path: Path, split: str, y: np.ndarray, n_images: int) -> np.ndarray:
+    """1-D integer labels >= 0, one per image -> int64."""
+    where = f"array dataset {path}: {split}_y"
+    if y.ndim == 2 and y.shape[1] == 1:
+        y = y[:, 0]
+    if y.ndim != 1 or len(y) != n_images:
+        raise DataError(f"{where} must be 1-D with one label per image ({n_images}), got shape {y.shape}")
+    if y.dtype.kind == "f" and np.all(np.isfinite(y)) and np.all(y == np.round(y)):
+        y = y.astype(np.int64)
+    if y.dtype.kind not in "iu":
+        raise DataError(f"{where} must hold integer class ids, got {y.dtype}")
+    if y.min() < 0:
+        raise DataError(f"{where} holds negative labels (e.g. {int(y.min())}); class ids must be 0..C-1")
+    return y.astype(np.int64)
+
+
+def _check_class_coverage(path: Path, train_y: np.ndarray, test_y: np.ndarray) -> None:
+    """Every class id 0..C-1 has training and test images (else a task's accuracy silently covers fewer)."""
+    classes = set(range(int(max(train_y.max(), test_y.max())) + 1))
+    for split, y in (("training", train_y), ("test", test_y)):
+        absent = sorted(classes - set(np.unique(y).tolist()))
+        if absent:
+            raise DataError(f"array dataset {path}: classes {absent[:10]} have no {split} images (labels must "
+                            f"cover 0..{len(classes) - 1} in both splits)")
 
 
 @register_source("cifar100")

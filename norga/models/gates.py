@@ -21,6 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..config import ConfigError
+
 ACTIVATIONS: Dict[str, Callable[[Tensor], Tensor]] = {
     "tanh": torch.tanh,
     "sigmoid": torch.sigmoid,
@@ -96,8 +98,8 @@ class NoRGaGate(Gate):
     def __init__(self, activation: str = "tanh", alpha_init: float = 1.0, tau_init: float = 1.0):
         super().__init__()
         if activation not in ACTIVATIONS:
-            raise ValueError(
-                f"unknown NoRGa activation {activation!r}; choose one of {sorted(ACTIVATIONS)}"
+            raise ConfigError(
+                f"model.activation: unknown NoRGa activation {activation!r}; choose one of {sorted(ACTIVATIONS)}"
             )
         self.activation = activation
         self.act = ACTIVATIONS[activation]
@@ -112,7 +114,10 @@ class NoRGaGate(Gate):
 
 
 def build_gate(name: str, **options) -> Gate:
-    """Create a gate by registry name, e.g. ``build_gate("norga", activation="gelu")``."""
+    """Create a gate by registry name, e.g. ``build_gate("norga", activation="gelu")``.
+
+    An unknown name or activation raises :class:`norga.config.ConfigError` (a ValueError) naming the config key.
+    """
     if name not in GATES:
-        raise ValueError(f"unknown gate {name!r}; choose one of {sorted(GATES)}")
+        raise ConfigError(f"model.gate: unknown gate {name!r}; choose one of {sorted(GATES)}")
     return GATES[name](**options)

@@ -1,0 +1,231 @@
+"""The ``norga`` command: ``norga train | eval | summarize | list`` and ``norga --version``.
+
+    norga train --config configs/smoke.yaml --output-dir runs/smoke [--set wtp.epochs=3 ...] [--dry-run] [--force]
+    norga eval --run runs/smoke [--output eval.json]
+    norga summarize runs/a_s42 runs/a_s43 [--vs runs/b_s42 runs/b_s43] [--out DIR]
+    norga list
+
+``train.py`` and ``eval.py`` are thin wrappers around :func:`train_main` and
+:func:`eval_main`. Failure behaviour (README "Failure behaviour"): every problem
+the user can fix is one line ``error: ...`` on stderr and exit status 2, with
+no traceback; Ctrl-C (or SIGTERM) stops with one line saying how to resume,
+exit status 130. The config is read and checked before torch and timm are
+imported, so a config mistake costs a fraction of a second.
+"""
+from __future__ import annotations
+
+import argparse
+import errno
+import signal
+import sys
+from pathlib import Path
+from typing import Callable, List, Optional, Sequence
+
+from . import __version__
+from .config import ConfigError, load_config
+from .errors import NorgaError
+
+INTERRUPTED = 130  # the shell's status for a process stopped by SIGINT
+_DISK = {errno.ENOSPC: "free some space", getattr(errno, "EDQUOT", errno.ENOSPC): "free some space",
+         errno.EROFS: "make it writable or choose another folder"}  # OSErrors that are the disk's, not a bug
+
+
+# ---- one-line errors --------------------------------------------------------
+def one_line(text: str) -> str:
+    """A message on one line; an exception re-raised by a DataLoader worker keeps only its original message."""
+    lines = [line.strip() for line in str(text).strip().splitlines() if line.strip()]
+    if lines and lines[0].startswith("Caught ") and "Original Traceback" in str(text):
+        last = lines[-1]
+        return last.split(": ", 1)[1] if ": " in last else last
+    return " ".join(" ".join(lines).split())
+
+
+def user_error(err: BaseException) -> Optional[str]:
+    """The one-line message for an error the user can fix, or None for a bug (which keeps its traceback)."""
+    if isinstance(err, (NorgaError, ConfigError)):
+        return one_line(str(err))
+    if isinstance(err, OSError) and err.errno in _DISK:
+        where = f" {err.filename}" if err.filename else ""
+        return (f"cannot write{where}: {err.strerror}; {_DISK[err.errno]}, then re-run the same command "
+                "(files of completed tasks are intact)")
+    if isinstance(err, PermissionError):
+        return f"permission denied: {err.filename or one_line(str(err))}; check the permissions of that path"
+    if isinstance(err, MemoryError) or type(err).__name__ == "OutOfMemoryError":
+        return (f"out of memory ({one_line(str(err))[:120] or 'MemoryError'}); lower the batch sizes "
+                "(wtp.batch_size, eval_batch_size, tii.batch_size) or data.image_size")
+    return None
+
+
+def guarded(action: Callable[[], int], on_interrupt: Callable[[], str]) -> int:
+    """Run ``action``: user errors -> one line + exit 2; Ctrl-C/SIGTERM -> one line + exit 130."""
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        signal.signal(signal.SIGTERM, _raise_interrupt)
+    except ValueError:  # not the main thread: leave SIGTERM alone
+        previous = None
+    try:
+        return action()
+    except KeyboardInterrupt:
+        print(f"error: interrupted; {on_interrupt()}", file=sys.stderr)
+        return INTERRUPTED
+    except Exception as err:  # noqa: BLE001 - filtered by user_error, bugs are re-raised
+        message = user_error(err)
+        if message is None:
+            raise
+        print(f"error: {message}", file=sys.stderr)
+        return 2
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _raise_interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+# ---- train ----------------------------------------------------------------
+def add_train_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", required=True, help="YAML config, e.g. configs/cifar100_norga.yaml")
+    parser.add_argument("--output-dir", default=None, help="run folder (default: runs/<config name>)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a config value, e.g. --set wtp.epochs=3 (repeatable)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="check config, data, weights and checkpoint, print the task split, train nothing")
+    parser.add_argument("--force", action="store_true", help="resume even if the config changed")
+
+
+def _precheck(cfg, out: Path) -> None:
+    """Checks that need neither torch nor timm (so they fail fast)."""
+    if cfg.model.preset is None and cfg.model.name is None:
+        raise ConfigError("model: set model.preset (e.g. sup21k; 'norga list' shows them) or model.name "
+                          "(a timm model name)")
+    if out.exists() and not out.is_dir():
+        raise NorgaError(f"output folder {out} exists and is not a folder; choose another --output-dir")
+
+
+def run_train(args: argparse.Namespace) -> int:
+    cfg = load_config(args.config, args.overrides)  # before torch is imported
+    out = Path(args.output_dir or Path("runs") / Path(args.config).stem)
+    _precheck(cfg, out)
+    from .continual.runner import dry_run, run_training  # torch, timm
+
+    if args.dry_run:
+        print(dry_run(cfg))
+        print("dry run OK: config, data, weights and checkpoint are usable")
+        return 0
+    m = run_training(cfg, out, force=args.force)
+    print(f"run complete: FA {m['FA']:.4f}  CA {m['CA']:.4f}  FM {m['FM']:.4f} "
+          f"({m['completed_tasks']} of {m['num_tasks']} tasks) -> {out / 'metrics.json'}")
+    return 0
+
+
+def _resume_hint(args: argparse.Namespace) -> str:
+    out = Path(args.output_dir or Path("runs") / Path(args.config).stem)
+    if args.dry_run or not out.is_dir():
+        return "nothing was saved"
+    from .continual.rundir import RunDir
+
+    try:
+        done = RunDir(out).scan().done
+    except NorgaError:
+        return f"the run folder is {out}"
+    return (f"{done} completed task(s) are saved in {out}; run the same command again to resume"
+            + (f" with task {done}" if done else ""))
+
+
+def train_main(argv: Optional[Sequence[str]] = None) -> int:
+    """``train.py`` / ``norga train``."""
+    parser = argparse.ArgumentParser(prog="norga train", description="Train (or resume) a class-incremental run.")
+    add_train_arguments(parser)
+    args = parser.parse_args(argv)
+    return guarded(lambda: run_train(args), lambda: _resume_hint(args))
+
+
+# ---- eval -----------------------------------------------------------------
+def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--run", required=True, type=Path, help="run folder written by norga train")
+    parser.add_argument("--output", type=Path, default=None,
+                        help="where to write the metrics (default RUN/eval.json)")
+
+
+def run_eval(args: argparse.Namespace) -> int:
+    import json
+
+    from .continual import evaluate_run
+    from .continual.rundir import atomic_write_bytes
+
+    metrics = evaluate_run(args.run)
+    out = args.output or args.run / "eval.json"
+    atomic_write_bytes(out, (json.dumps(metrics, indent=2) + "\n").encode())
+    print(f"{metrics['completed_tasks']} of {metrics['num_tasks']} tasks evaluated: FA {metrics['FA']:.4f}  "
+          f"CA {metrics['CA']:.4f}  FM {metrics['FM']:.4f}  TII {metrics['tii_accuracy']}  -> {out}")
+    return 0
+
+
+def eval_main(argv: Optional[Sequence[str]] = None) -> int:
+    """``eval.py`` / ``norga eval``: re-evaluate a run from its saved per-task checkpoints."""
+    parser = argparse.ArgumentParser(prog="norga eval", description="Re-evaluate a run from its checkpoints.")
+    add_eval_arguments(parser)
+    args = parser.parse_args(argv)
+    return guarded(lambda: run_eval(args), lambda: "nothing was written")
+
+
+# ---- summarize, list ------------------------------------------------------------
+def summarize_main(argv: Sequence[str]) -> int:
+    """``norga summarize``: delegated to :mod:`norga.summarize` (imported only now)."""
+    import importlib
+
+    try:
+        summarize = importlib.import_module("norga.summarize")
+    except ModuleNotFoundError as err:
+        if err.name not in ("norga.summarize", "norga.summary_stats"):
+            raise
+        print("error: 'norga summarize' is not available in this installation (module norga.summarize is "
+              "missing); update norga", file=sys.stderr)
+        return 2
+    return guarded(lambda: summarize.main(list(argv)), lambda: "nothing was written")
+
+
+def registry_lines() -> List[str]:
+    """What ``norga list`` prints: registered gates, methods, benchmarks, presets, statistics kinds."""
+    from .config import StatsConfig
+    from .data import BENCHMARKS
+    from .models import ACTIVATIONS, GATES
+    from .models.backbone import BACKBONE_PRESETS
+
+    kinds = next(f for f in StatsConfig.__dataclass_fields__.values() if f.name == "kind").metadata["choices"]
+    lines = [f"gates (model.gate): {', '.join(sorted(GATES))}; NoRGa activations (model.activation): "
+             f"{', '.join(sorted(ACTIVATIONS))}",
+             "methods: the HiDe-Prompt pipeline (TII, WTP, TAP) with the gate choosing the method: "
+             "hideprompt = gate linear, norga = gate norga",
+             f"benchmarks (data.name): {', '.join(sorted(BENCHMARKS))}",
+             "backbone presets (model.preset):"]
+    lines += [f"  {name}: {p.model_name}" for name, p in sorted(BACKBONE_PRESETS.items())]
+    lines.append(f"statistics kinds (stats.kind): {', '.join(kinds)}")
+    return lines
+
+
+# ---- the norga command ---------------------------------------------------------------
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point of the ``norga`` console command (and ``python -m norga``)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "summarize":  # its own parser, loaded lazily
+        return summarize_main(argv[1:])
+    parser = argparse.ArgumentParser(prog="norga", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--version", action="version", version=f"norga {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{train,eval,summarize,list}")
+    add_train_arguments(commands.add_parser("train", help="train or resume a run"))
+    add_eval_arguments(commands.add_parser("eval", help="re-evaluate a run from its checkpoints"))
+    commands.add_parser("summarize", help="aggregate run folders over seeds (norga summarize --help)")
+    commands.add_parser("list", help="registered gates, methods, benchmarks and backbone presets")
+    args = parser.parse_args(argv)
+    if args.command == "train":
+        return guarded(lambda: run_train(args), lambda: _resume_hint(args))
+    if args.command == "eval":
+        return guarded(lambda: run_eval(args), lambda: "nothing was written")
+    print("\n".join(registry_lines()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

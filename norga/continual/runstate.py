@@ -1,0 +1,132 @@
+"""Safe run lifecycle around the task loop: lock, integrity scan, results derived from checkpoints, sanity checks.
+
+``runner.run_training`` uses these helpers so that
+
+* one process at a time trains into a folder (:func:`open_run` holds ``DIR/.lock``);
+* resuming starts after the last *intact* task (checksums verified, an
+  interrupted or corrupt checkpoint is named in the log and its task trained again);
+* ``metrics.json`` / ``acc_matrix.csv`` are rebuilt from the evaluation row each
+  checkpoint carries (:func:`attach_evaluation` / :func:`saved_evaluation`), so losing
+  them, or a crash between the checkpoint and the metrics write, loses nothing;
+* a finished run answers at once (:func:`finished_metrics`) without building model or data;
+* a diverged task never becomes a checkpoint (:func:`check_finite`), a task at chance
+  accuracy is flagged (:func:`chance_warning`), and a non-finite loss names its task
+  (:func:`task_context`).
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+from typing import Iterator, List, Optional
+
+import torch
+
+from ..errors import NonFiniteLoss, NorgaError
+from .evaluate import TaskEvaluation
+from .rundir import RunDir, RunState
+
+
+@contextlib.contextmanager
+def open_run(run: RunDir, num_tasks: int) -> Iterator[RunState]:
+    """Create the folder if needed, take its lock, drop stale temp files, scan the checkpoints.
+
+    A folder created here is removed again on exit if nothing was written into it
+    (e.g. the backbone weights or the data were unavailable).
+    """
+    created = run.ensure_folder()
+    try:
+        with run.lock():
+            run.clean_temp_files()
+            yield run.scan(num_tasks)
+    finally:
+        if created:
+            with contextlib.suppress(OSError):
+                run.root.rmdir()  # only succeeds when empty
+
+
+def finished_metrics(run: RunDir, state: RunState, num_tasks: int) -> Optional[dict]:
+    """metrics.json of a run whose ``num_tasks`` checkpoints are all intact, if it describes all of them."""
+    if state.done != num_tasks or state.notes:
+        return None
+    metrics = run.read_metrics()
+    if not metrics or metrics.get("completed_tasks") != num_tasks or metrics.get("num_tasks") != num_tasks:
+        return None
+    if not all(isinstance(metrics.get(k), (int, float)) for k in ("FA", "CA", "FM")):
+        return None
+    return metrics
+
+
+def attach_evaluation(state: dict, evaluation: List[TaskEvaluation], seconds: float, config: dict) -> dict:
+    """The task's checkpoint state plus its evaluation row and the resolved config (plain values, loadable
+    with weights_only): metrics.json and the config check can be rebuilt from checkpoints alone."""
+    rows = [{k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(e).items()}
+            for e in evaluation]
+    return {**state, "evaluation": {"tasks": rows, "seconds": float(seconds)}, "config": config}
+
+
+def saved_evaluation(state: dict) -> tuple:
+    """(evaluations of tasks 0..t, seconds) stored in checkpoint t by :func:`attach_evaluation`."""
+    saved = state.get("evaluation")
+    if not isinstance(saved, dict):
+        raise NorgaError(f"checkpoint of task {state.get('task')} has no evaluation row (written by an older "
+                         "norga version); use a new --output-dir")
+    names = {f.name for f in dataclasses.fields(TaskEvaluation)}
+    rows = [TaskEvaluation(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in row.items() if k in names})
+            for row in saved["tasks"]]
+    return rows, float(saved["seconds"])
+
+
+def _tensors(obj, prefix: str = "") -> Iterator[tuple]:
+    if isinstance(obj, torch.Tensor):
+        yield prefix, obj
+    elif isinstance(obj, dict):
+        for key, value in obj.items():
+            yield from _tensors(value, f"{prefix}.{key}" if prefix else str(key))
+
+
+def check_finite(state: dict, task: int) -> None:
+    """Refuse to checkpoint a task whose learned tensors hold NaN or inf (training diverged)."""
+    for name, tensor in _tensors({k: v for k, v in state.items() if k != "rng"}):
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise NorgaError(f"training diverged in task {task}: {name} holds NaN or inf after training; lower the "
+                             "learning rates (wtp.lr, tii.lr, tap.lr); the task was not saved, earlier tasks are kept")
+
+
+def chance_warning(task: int, evaluation: TaskEvaluation, num_classes: int) -> Optional[str]:
+    """A warning when the task, even with its true task id, is classified at about chance level."""
+    if num_classes < 2:
+        return None
+    chance = 1.0 / num_classes
+    accuracy = evaluation.til_accuracy
+    if not math.isfinite(accuracy) or accuracy <= chance + 0.1 * (1 - chance):
+        return (f"warning: task {task} is at chance level: accuracy {accuracy:.3f} with the true task id, chance "
+                f"{chance:.3f} for {num_classes} classes; training may have diverged (learning rates too high? "
+                "wtp.lr, tii.lr, tap.lr) or the data carry no signal")
+    return None
+
+
+@contextlib.contextmanager
+def task_context(task: int) -> Iterator[None]:
+    """Attach the task index to a non-finite-loss error; name a failed statistics fit as divergence."""
+    try:
+        yield
+    except NonFiniteLoss as err:
+        err.task = task
+        raise
+    except torch.linalg.LinAlgError as err:  # Cholesky of a class covariance built from NaN/inf/degenerate features
+        raise NorgaError(f"training diverged in task {task}: a class covariance of the Gaussian statistics is not "
+                         "positive-definite (the features are non-finite or degenerate); lower wtp.lr, or raise "
+                         "stats.ridge; earlier tasks are kept") from err
+    except RuntimeError as err:  # e.g. an optimiser step with lr ~ 1e38: "cannot be converted ... without overflow"
+        if "overflow" not in str(err):
+            raise
+        raise NorgaError(f"training diverged in task {task}: a value overflowed float32 in an optimiser step "
+                         f"({str(err).strip().splitlines()[0]}); lower the learning rates (tii.lr, tii.align_lr, "
+                         "wtp.lr, tap.lr); earlier tasks are kept") from err
+
+
+def write_results(run: RunDir, tracker) -> None:
+    """metrics.json and acc_matrix.csv from the tracker (always after the checkpoint they describe)."""
+    run.write_metrics(tracker.metrics())
+    run.write_matrix_csv(tracker.cil)

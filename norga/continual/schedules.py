@@ -1,0 +1,57 @@
+"""Per-epoch learning-rate schedules, as a pure function of the epoch index.
+
+``lr_factor(epoch, ...)`` is the multiplier of the base lr used **during**
+0-based epoch ``epoch``. Two stepping conventions (``wtp.schedule_stepping``):
+
+* ``torch`` — the schedule value of the epoch itself: f(epoch). A step
+  "at epoch 30" (``milestones: [30]``) applies from 0-based epoch 30 on.
+* ``timm`` — the authors' code: timm's scheduler is created with the first
+  epoch's lr and ``scheduler.step(e)`` is called *after* epoch e, which sets
+  the lr of epoch e + 1 to f(e). So epoch e trains at f(max(e - 1, 0)), and a
+  step "at epoch 30" first applies to 0-based epoch 31 (the 32nd epoch).
+
+Schedules (f of an index i, E = total epochs):
+
+* ``constant``: 1;
+* ``step``: gamma ** #{m in milestones : i >= m} (timm's periodic step with
+  decay_t = 30 is the same for E < 60, which covers every shipped config);
+* ``cosine``: r + (1 - r) * (1 + cos(pi * i / E)) / 2 with r = min_lr / lr
+  (timm's CosineLRScheduler with t_initial = E, no warm-up).
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import torch
+
+STEPPINGS = ("timm", "torch")
+
+
+def lr_factor(epoch: int, schedule: str, epochs: int, milestones: Sequence[int] = (), gamma: float = 0.1,
+              min_ratio: float = 0.0, stepping: str = "torch") -> float:
+    """Multiplier of the base lr during 0-based ``epoch``; see the module docstring."""
+    if stepping not in STEPPINGS:
+        raise ValueError(f"unknown schedule stepping {stepping!r}; choose one of {STEPPINGS}")
+    index = epoch if stepping == "torch" else max(epoch - 1, 0)
+    if schedule == "constant":
+        return 1.0
+    if schedule == "step":
+        return float(gamma ** sum(index >= m for m in milestones))
+    if schedule == "cosine":
+        return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * index / max(epochs, 1)))
+    raise ValueError(f"unknown schedule {schedule!r}; choose constant, step or cosine")
+
+
+def epoch_scheduler(optimizer: torch.optim.Optimizer, schedule: str, epochs: int, milestones: Sequence[int] = (),
+                    gamma: float = 0.1, min_lr: float = 0.0, stepping: str = "torch"):
+    """A ``LambdaLR`` following :func:`lr_factor`; call ``.step()`` once after every epoch.
+
+    ``min_lr`` is absolute (as timm's lr_min); each parameter group keeps its own
+    ratio min_lr / group lr, so a head at 0.1 x lr decays to min_lr too.
+    """
+    def factor_for(base_lr: float):
+        ratio = min_lr / base_lr if base_lr > 0 else 0.0
+        return lambda e: lr_factor(e, schedule, epochs, milestones, gamma, ratio, stepping)
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, [factor_for(g["lr"]) for g in optimizer.param_groups])

@@ -1,0 +1,49 @@
+"""Errors a user can fix. The command line prints each as one line (``error: ...``) and exits 2.
+
+Every user-facing failure of norga is a :class:`NorgaError` (or
+:class:`norga.config.ConfigError`, which predates this module): the message
+names what is wrong and the fix, on one line. Anything else reaching the
+command line is a bug and keeps its traceback.
+
+* :class:`RunError` — the run folder: in use by another process, not a
+  folder, unwritable or full, corrupt or unreadable state;
+* :class:`NonFiniteLoss` — training diverged (a loss became NaN or inf);
+* ``norga.data.DataError`` and ``norga.models.backbone.CheckpointError``
+  (data and backbone weights) also derive from :class:`NorgaError`.
+
+This module imports nothing heavy, so the command line can use it before
+torch is loaded.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+# stage name (as shown in progress bars and logs) -> the config key of its learning rate
+STAGE_LR_KEYS = {"tii": "tii.lr", "tii_align": "tii.align_lr", "wtp": "wtp.lr", "tap": "tap.lr",
+                 "head": "wtp.lr"}  # stage names as in epochs.jsonl (norga.continual.stages.EpochMeter)
+
+
+class NorgaError(Exception):
+    """A problem with the user's input, data, weights or run folder (message: what and how to fix)."""
+
+
+class RunError(NorgaError):
+    """The run folder cannot be used as asked (lock, layout, integrity, disk)."""
+
+
+class NonFiniteLoss(NorgaError, FloatingPointError):
+    """A training loss became NaN or inf; the message names stage, task, epoch and the key to change."""
+
+    def __init__(self, value: float, stage: Optional[str] = None, epoch: Optional[int] = None,
+                 task: Optional[int] = None):
+        super().__init__(value)
+        self.value, self.stage, self.epoch, self.task = value, stage, epoch, task
+
+    def __str__(self) -> str:
+        where = ", ".join(part for part in (
+            f"stage {self.stage}" if self.stage else "",
+            f"task {self.task}" if self.task is not None else "",
+            f"epoch {self.epoch}" if self.epoch is not None else "") if part)
+        key = STAGE_LR_KEYS.get(self.stage or "", "the learning rates (tii.lr, wtp.lr, tap.lr)")
+        return (f"training diverged: the loss became {self.value} ({where or 'unknown stage'}); lower {key} "
+                "(completed tasks are kept; continuing them with a changed config needs --force)")

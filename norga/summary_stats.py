@@ -1,0 +1,52 @@
+"""Small statistics for seed aggregation: mean, sample std and Student-t interval.
+
+``describe([48.1, 47.3, 48.9])`` -> :class:`Estimate` (n, mean, std, low, high) where
+std is the sample standard deviation (ddof = 1) and [low, high] the two-sided
+confidence interval of the mean, mean ± t_{(1+c)/2, n-1} · std / √n (scipy.stats.t).
+With one value, std and the interval are NaN. ``paired(a, b)`` describes the
+differences a[s] − b[s] over the seeds s common to both mappings.
+Units are whatever the inputs are in (the summaries use percentage points).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Dict, Hashable, List, Mapping, Sequence, Tuple
+
+import numpy as np
+from scipy import stats
+
+
+@dataclass(frozen=True)
+class Estimate:
+    n: int
+    mean: float
+    std: float  # sample standard deviation (ddof = 1); NaN if n < 2
+    low: float  # lower end of the confidence interval of the mean; NaN if n < 2
+    high: float
+    confidence: float = 0.95
+
+    def as_dict(self) -> Dict[str, float]:
+        return {"n": self.n, "mean": self.mean, "std": self.std, "low": self.low, "high": self.high}
+
+
+def describe(values: Sequence[float], confidence: float = 0.95) -> Estimate:
+    """Mean, sample std and t interval of ``values`` (1-D, at least one finite value)."""
+    x = np.asarray([float(v) for v in values], dtype=float)
+    if x.ndim != 1 or len(x) == 0:
+        raise ValueError("describe() needs at least one value")
+    mean = float(x.mean())
+    if len(x) < 2:
+        return Estimate(1, mean, math.nan, math.nan, math.nan, confidence)
+    std = float(x.std(ddof=1))
+    half = float(stats.t.ppf(0.5 + confidence / 2, df=len(x) - 1)) * std / math.sqrt(len(x))
+    return Estimate(len(x), mean, std, mean - half, mean + half, confidence)
+
+
+def paired(a: Mapping[Hashable, float], b: Mapping[Hashable, float],
+           confidence: float = 0.95) -> Tuple[List[Hashable], Estimate]:
+    """Differences a[s] - b[s] over the common keys (seeds), sorted; raises if none is common."""
+    common = sorted(set(a) & set(b))
+    if not common:
+        raise ValueError("no common seed between the two groups: paired differences need matching seeds")
+    return common, describe([a[s] - b[s] for s in common], confidence)

@@ -1,0 +1,137 @@
+"""Fault injection for the reliability tests: a tiny run config and a training process that kills itself.
+
+    python tests/faults.py SPEC -- <norga train arguments>
+
+SPEC:
+
+* ``bar:<label>:<k>`` — SIGKILL inside the k-th (1-based) progress loop labelled
+  ``<label>`` (case-insensitive, ``_`` = space), right after its first item: the
+  stages' epoch loops ("TII", "TII align", "WTP", "TAP"), feature extraction
+  ("frozen feats", "prompted feats") and "evaluation";
+* ``write:<file name>:partial`` — SIGKILL after half of the file's temp copy is written;
+* ``write:<file name>:after`` — SIGKILL right after the file is in place (e.g. a
+  checkpoint written, its checksum not yet).
+
+The process exits with -9 when the fault fired; a test asserts that, so a renamed
+stage label fails the test instead of passing it vacuously.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import List
+
+REPO = Path(__file__).resolve().parents[1]
+SMOKE = REPO / "configs" / "smoke.yaml"
+ENV = {**os.environ, "OMP_NUM_THREADS": "2", "PYTHONPATH": str(REPO)}
+
+# configs/smoke.yaml shrunk to 3 tasks x 2 classes and a few epochs: every stage runs, ~5 s of training
+TINY = ["--set", "data.options={num_classes: 6, train_per_class: 12, test_per_class: 6}",
+        "--set", "data.classes_per_task=2", "--set", "tii.epochs=2", "--set", "tii.align_epochs=2",
+        "--set", "tii.samples_per_class=16", "--set", "wtp.epochs=2", "--set", "tap.epochs=2",
+        "--set", "tap.samples_per_class=16"]
+
+
+def train_args(out: Path, *extra: str) -> List[str]:
+    return ["--config", str(SMOKE), "--output-dir", str(out), *TINY, *extra]
+
+
+def train(out: Path, *extra: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    """``train.py`` on the tiny config in a fresh process."""
+    return subprocess.run([sys.executable, str(REPO / "train.py"), *train_args(out, *extra)], capture_output=True,
+                          text=True, timeout=timeout, env=ENV, cwd=REPO)
+
+
+def train_with_fault(out: Path, spec: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    """The tiny run with a fault (see module docstring) in a fresh process."""
+    return subprocess.run([sys.executable, str(Path(__file__)), spec, "--", *train_args(out)], capture_output=True,
+                          text=True, timeout=timeout, env=ENV, cwd=REPO)
+
+
+def error_lines(stderr: str) -> List[str]:
+    return [line for line in stderr.replace("\r", "\n").splitlines() if line.startswith("error:")]
+
+
+def assert_one_line_error(returncode: int, stderr: str, *fragments: str, status: int = 2) -> str:
+    """Exit status, exactly one 'error:' line containing every fragment, no traceback; returns the line."""
+    lines = error_lines(stderr)
+    assert returncode == status, (returncode, stderr[-3000:])
+    assert "Traceback" not in stderr, stderr[-3000:]
+    assert len(lines) == 1, lines
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+    return lines[0]
+
+
+def comparable(metrics: dict) -> dict:
+    """Metrics without wall-clock times (equal between an interrupted+resumed run and an uninterrupted one)."""
+    return {k: v for k, v in metrics.items() if k not in ("task_seconds",)}
+
+
+def _die() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _kill_in_bar(label: str, occurrence: int) -> None:
+    import tqdm.auto
+
+    base, seen = tqdm.auto.tqdm, {"n": 0}
+    norm = lambda text: str(text or "").strip().lower().replace("_", " ")
+
+    class KillingBar(base):
+        def __iter__(self):
+            hit = False
+            if norm(self.desc) == norm(label):
+                seen["n"] += 1
+                hit = seen["n"] == occurrence
+            for item in super().__iter__():
+                yield item
+                if hit:
+                    _die()
+
+    tqdm.auto.tqdm = KillingBar  # before norga is imported: the stages bind tqdm at import
+
+
+def _kill_in_write(name: str, when: str) -> None:
+    from norga.continual import rundir
+
+    if when == "partial":
+        write = rundir._write
+
+        def partial(f, data, path):
+            if Path(path).name == name:
+                f.write(data[: len(data) // 2])
+                f.flush()
+                os.fsync(f.fileno())
+                _die()
+            write(f, data, path)
+
+        rundir._write = partial
+    else:
+        atomic = rundir.atomic_write_bytes
+
+        def after(path, data):
+            atomic(path, data)
+            if Path(path).name == name:
+                _die()
+
+        rundir.atomic_write_bytes = after
+
+
+def main(argv: List[str]) -> int:
+    spec, rest = argv[0], argv[argv.index("--") + 1:]
+    kind, target, arg = spec.split(":")
+    if kind == "bar":
+        _kill_in_bar(target, int(arg))
+    else:
+        _kill_in_write(target, arg)
+    from norga.cli import train_main
+
+    return train_main(rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,100 @@
+"""Mutation check: plant plausible wiring bugs in a copy of the package and check that the tests catch each.
+
+    python tests/mutants.py                 # every mutant (about 1-3 minutes each on 2 cores)
+    python tests/mutants.py --only tap_uninstructed reg_sign
+
+For every mutant the script copies the repository (without runs/ and .git) to a temporary folder, applies
+one source edit (an exact string replacement that must match once), runs the test files named for it and
+expects at least one failure. It prints one line per mutant and exits 1 if any mutant survived (or if a
+replacement no longer matches the source: then update the mutant, the code has moved).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import NamedTuple, Tuple
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+class Mutant(NamedTuple):
+    name: str
+    path: str  # file relative to the repository
+    old: str
+    new: str
+    tests: Tuple[str, ...]  # pytest node ids or files expected to fail
+
+
+MUTANTS = (
+    Mutant("tap_uninstructed", "norga/continual/learner.py", "align_head(self.head, self.instructed,",
+           "align_head(self.head, self.uninstructed,", ("tests/test_wiring.py",)),
+    Mutant("stats_from_augmented_images", "norga/continual/learner.py",
+           'extract_features(self.model, loaders.train_plain, self.device, desc="frozen feats")',
+           'extract_features(self.model, loaders.train, self.device, desc="frozen feats")',
+           ("tests/test_wiring.py",)),
+    Mutant("head_lr_scale_ignored", "norga/continual/stages.py", '"lr": lr * cfg.head_lr_scale}', '"lr": lr}',
+           ("tests/test_wiring.py",)),
+    Mutant("wtp_lr_scaling_ignored", "norga/continual/learner.py", "self._lr(c.lr, c.batch_size), self.device, task",
+           "c.lr, self.device, task", ("tests/test_wiring.py",)),
+    Mutant("reg_sign", "norga/continual/stages.py", "meter.step(optimizer, ce + reg,", "meter.step(optimizer, ce - reg,",
+           ("tests/test_wiring.py",)),
+    Mutant("cil_uses_true_task_prompt", "norga/continual/evaluate.py",
+           "feats = prompted_features(model, x, index, tasks, task_prompts, cache, task, n)",
+           "feats = prompted_features(model, x, index, torch.full_like(tasks, task), task_prompts, cache, task, n)",
+           ("tests/test_wiring.py",)),
+    Mutant("gates_train_after_task_0", "norga/continual/learner.py",
+           "gates = list(self.model.gate_parameters()) if task == 0 else []",
+           "self.model.unfreeze_gates()\n        gates = list(self.model.gate_parameters())",
+           ("tests/test_pipeline.py::test_gates_train_on_task_one_then_freeze_and_old_prompts_never_change",)),
+    Mutant("no_prompt_writeback", "norga/continual/learner.py", "if c.prompt_writeback:", "if False:",
+           ("tests/test_fidelity_pipeline.py",)),
+    Mutant("tap_after_task_0", "norga/continual/learner.py", "if task > 0 or cfg.tap.after_first_task:", "if True:",
+           ("tests/test_fidelity_pipeline.py",)),
+)
+
+
+def apply(mutant: Mutant, root: Path) -> None:
+    path = root / mutant.path
+    text = path.read_text()
+    if text.count(mutant.old) != 1:
+        raise SystemExit(f"mutant {mutant.name}: the text to replace occurs {text.count(mutant.old)} times in "
+                         f"{mutant.path} (expected once); update tests/mutants.py")
+    path.write_text(text.replace(mutant.old, mutant.new))
+
+
+def run(mutant: Mutant) -> Tuple[bool, float]:
+    """(caught, seconds): True when the named tests fail on the mutated copy."""
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp) / "repo"
+        shutil.copytree(REPO, root, ignore=shutil.ignore_patterns("runs", ".git", "__pycache__", "*.egg-info"))
+        apply(mutant, root)
+        start = time.time()
+        result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *mutant.tests],
+                                cwd=root, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(root)})
+        return result.returncode != 0, time.time() - start
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", nargs="+", choices=[m.name for m in MUTANTS], help="mutants to try")
+    args = parser.parse_args(argv)
+    survivors = []
+    for mutant in MUTANTS:
+        if args.only and mutant.name not in args.only:
+            continue
+        caught, seconds = run(mutant)
+        print(f"{'caught  ' if caught else 'SURVIVED'} {mutant.name} ({seconds:.0f} s)", flush=True)
+        if not caught:
+            survivors.append(mutant.name)
+    print(f"{len(survivors)} mutant(s) survived: {survivors}" if survivors else "every mutant was caught")
+    return 1 if survivors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,122 @@
+"""Fidelity options inside the task loop: alignment budgets, TAP after task 0, prompt write-back, both choice sets."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import norga.continual.learner as learner_module
+from norga.config import load_config
+from norga.continual.learner import HiDeNoRGaLearner
+from norga.continual.runner import build_data, build_model, task_loaders
+
+REPO = Path(__file__).resolve().parents[1]
+SMOKE = REPO / "configs" / "smoke.yaml"
+FAST = ["tii.epochs=1", "tii.align_epochs=1", "wtp.epochs=1", "tap.epochs=1", "data.num_tasks=3"]
+PAPER_CHOICES = ["wtp.reg_form=eq56", "wtp.label_smoothing=0.1", "tap.after_first_task=true", "tap.batches=all",
+                 "tii.align_batches=all", "tii.mlp_style=pre_norm", "head_init=pytorch", "data.class_order_rng=numpy",
+                 "data.transforms=backbone", "wtp.prompt_writeback=false", "wtp.schedule_stepping=torch",
+                 "tii.scale_align_lr=false", "tii.grad_clip=null"]
+
+
+def _learner(overrides):
+    cfg = load_config(SMOKE, FAST + overrides)
+    model = build_model(cfg)
+    bench = build_data(cfg, model)
+    return cfg, bench, HiDeNoRGaLearner(model, bench.task_classes, cfg, torch.device("cpu"))
+
+
+def _record_alignments(monkeypatch):
+    calls = []
+    original = learner_module.align_head
+
+    def spy(head, store, classes, num_classes, epochs, lr, per_class, batch_size, generator, device, desc,
+            max_batches=None, task=0):
+        steps = []
+        hook = head.register_forward_hook(lambda *_: steps.append(1))
+        original(head, store, classes, num_classes, epochs, lr, per_class, batch_size, generator, device, desc,
+                 max_batches, task)
+        hook.remove()
+        calls.append({"desc": desc, "classes": len(classes), "per_class": per_class, "batch": batch_size,
+                      "max_batches": max_batches, "lr": lr, "steps": len(steps)})
+
+    monkeypatch.setattr(learner_module, "align_head", spy)
+    return calls
+
+
+def test_authors_alignment_budget_and_no_tap_after_the_first_task(monkeypatch):
+    calls = _record_alignments(monkeypatch)
+    cfg, bench, learner = _learner(["tii.samples_per_class=16", "tii.batch_size=16", "tap.samples_per_class=32",
+                                    "tap.batch_size=32", "tii.align_lr=0.004", "scale_lr_by_batch=true"])
+    for t in range(2):
+        learner.learn_task(t, task_loaders(cfg, bench, t))
+    # task 0: no TII alignment, no TAP; task 1: both, C_old = 10 batches, 20 seen classes sampled
+    assert [c["desc"] for c in calls] == ["tii_align", "tap"]
+    tii, tap = calls
+    assert (tii["classes"], tii["per_class"], tii["batch"], tii["max_batches"], tii["steps"]) == (20, 16, 16, 10, 10)
+    assert (tap["classes"], tap["per_class"], tap["batch"], tap["max_batches"], tap["steps"]) == (20, 32, 32, 10, 10)
+    assert tii["lr"] == pytest.approx(0.004 * 16 / 256)  # TII alignment lr scaled by batch / 256
+    assert tap["lr"] == pytest.approx(cfg.tap.lr)  # TAP lr never scaled
+
+
+def test_paper_alignment_budget_runs_tap_after_every_task_and_every_batch(monkeypatch):
+    calls = _record_alignments(monkeypatch)
+    cfg, bench, learner = _learner(["tii.samples_per_class=16", "tii.batch_size=16", "tap.samples_per_class=32",
+                                    "tap.batch_size=32", "tap.after_first_task=true", "tap.batches=all",
+                                    "tii.align_batches=all", "tii.scale_align_lr=false", "scale_lr_by_batch=true"])
+    for t in range(2):
+        learner.learn_task(t, task_loaders(cfg, bench, t))
+    assert [c["desc"] for c in calls] == ["tap", "tii_align", "tap"]
+    assert calls[0]["steps"] == 10  # 10 classes x 32 / 32
+    assert calls[1]["steps"] == 20 and calls[1]["lr"] == pytest.approx(cfg.tii.align_lr)
+    assert calls[2]["steps"] == 20
+
+
+def _record_wtp_start(monkeypatch):
+    starts = []
+    original = learner_module.train_wtp
+
+    def spy(model, head, prompt_fn, prompt_params, *args, **kwargs):
+        starts.append(prompt_params[0].detach().clone())
+        return original(model, head, prompt_fn, prompt_params, *args, **kwargs)
+
+    monkeypatch.setattr(learner_module, "train_wtp", spy)
+    return starts
+
+
+@pytest.mark.parametrize("writeback", [True, False])
+def test_prompt_writeback_and_the_next_tasks_initialisation(monkeypatch, writeback):
+    starts = _record_wtp_start(monkeypatch)
+    cfg, bench, learner = _learner([f"wtp.prompt_writeback={str(writeback).lower()}", "wtp.momentum=0.5"])
+    for t in range(3):
+        learner.learn_task(t, task_loaders(cfg, bench, t))
+    pool, stored = learner.pool.prompts, learner.task_prompts
+    for t in (1, 2):  # the prompt used by task t (p_t) is the ensemble of the pool *after* training e_t
+        if writeback:
+            assert torch.equal(pool[t].detach(), stored[t])
+            assert torch.equal(starts[t], stored[t - 1])  # e_t starts from the written-back p_{t-1}
+        else:
+            mean_before = torch.stack([pool[i].detach() for i in range(t)]).mean(0)
+            assert torch.allclose(stored[t], 0.5 * pool[t].detach() + 0.5 * mean_before, atol=1e-6)
+            assert torch.equal(starts[t], pool[t - 1].detach())  # raw e_{t-1}
+            assert not torch.allclose(pool[t].detach(), stored[t])
+
+
+def _train(out: Path, overrides):
+    cmd = [sys.executable, str(REPO / "train.py"), "--config", str(SMOKE), "--output-dir", str(out)]
+    for item in overrides:
+        cmd += ["--set", item]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=REPO)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads((out / "metrics.json").read_text())
+
+
+def test_smoke_config_runs_under_the_papers_choices(tmp_path):
+    m = _train(tmp_path / "paper", PAPER_CHOICES)
+    assert m["completed_tasks"] == 3 and m["FA"] > 0.8
+    assert m["official"]["FA"] == pytest.approx(m["FA"])  # all classes are seen after the last task
+    assert set(m["official"]) == {"FA", "CA", "FM", "acc_matrix"}
