@@ -124,3 +124,20 @@ def test_class_incremental_prediction_uses_the_tii_predicted_prompt(trained, mon
     assert e.tii_accuracy == 0.0
     assert e.cil_accuracy == pytest.approx(wrong, abs=1e-6)
     assert e.til_accuracy == pytest.approx(accuracy(prompts[0], learner.class_to_task == 0), abs=1e-6)
+
+
+def test_unmasked_evaluation_lets_unseen_classes_compete(trained):
+    """The authors' evaluation (every class's logit competes) vs ours (seen classes only), on one head."""
+    cfg, bench, learner, _ = trained
+    head = torch.nn.Linear(learner.head.in_features, learner.head.out_features)
+    head.load_state_dict(learner.head.state_dict())
+    unseen = bench.task_classes[2][0]
+    with torch.no_grad():
+        head.bias[unseen] = 1e4  # an untrained row of a future class that wins every argmax
+    e = evaluate_task(learner.model, learner.tii_head, head, learner.task_prompts, learner.class_to_task, 0,
+                      learner.seen_mask(1), task_loaders(cfg, bench, 0).test, torch.device("cpu"))
+    assert e.cil_unmasked_accuracy == 0.0 and e.cil_accuracy > 0.5
+    authors = evaluate_task(learner.model, learner.tii_head, head, learner.task_prompts, learner.class_to_task,
+                              0, learner.seen_mask(1), task_loaders(cfg, bench, 0).test, torch.device("cpu"),
+                              mask_unseen=False)
+    assert authors.cil_accuracy == 0.0
