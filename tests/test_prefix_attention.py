@@ -7,7 +7,7 @@ import timm
 import torch
 
 from conftest import tiny_vit
-from norga.models import PromptedViT, PromptPool
+from norga.models import PromptedViT, PromptInput, PromptPool
 
 GATE_CASES = [("linear", {}), ("norga", {"activation": "tanh"}), ("norga", {"activation": "sigmoid"}),
               ("norga", {"activation": "gelu"})]
@@ -34,15 +34,23 @@ def test_no_prompt_matches_timm_for_every_standard_vit(name, overrides):
     vit = timm.create_model(name, pretrained=False, num_classes=0, **overrides).eval()
     x = torch.randn(2, 3, overrides["img_size"], overrides["img_size"])
     with torch.no_grad():
-        expected = pooled_timm(vit, x)
+        feats = vit.forward_features(x)
+        expected = vit.forward_head(feats, pre_logits=True)
         layers = tuple(range(min(5, len(vit.blocks))))
         model = PromptedViT(vit, prompt_layers=layers, gate="norga", activation="tanh").eval()
         got_none = model(x)
         empty = torch.zeros(2, len(layers), 2, 0, model.num_heads, model.head_dim)
         got_empty = model(x, empty)
+        H, Dh, D = model.num_heads, model.head_dim, model.spec.embed_dim
+        empty_input = PromptInput(prefixes={0: (torch.zeros(2, H, 0, Dh),) * 2}, tokens=torch.zeros(1, 0, D))
+        for prompts in (None, PromptInput(), empty_input):  # the per-block inputs without prompts, too
+            assert torch.allclose(model.forward_features(x, prompts), feats, atol=1e-6, rtol=0)
+            assert torch.allclose(model(x, prompts), expected, atol=1e-6, rtol=0)
         # and a real prefix runs with the right output shape
         prefix = torch.randn(2, *model.prompt_shape(3))
         prompted = model(x, prefix)
+        per_block = model(x, PromptInput(prefixes={layers[-1]: (torch.randn(2, H, 3, Dh), torch.randn(2, H, 3, Dh))}))
+    assert not torch.equal(per_block, expected)
     assert torch.allclose(got_none, expected, atol=1e-6, rtol=0)
     assert torch.allclose(got_empty, expected, atol=1e-6, rtol=0)
     assert prompted.shape == expected.shape

@@ -118,7 +118,9 @@ def task_recipes(choice: str, benchmark: str, task_components: Sequence[str]) ->
     if choice == "per_dataset":
         return _cifar_for_cifar_tasks(task_components)
     if choice != "official":
-        build_transforms(8, (0.5,) * 3, (0.5,) * 3, False, choice)  # validates the name
+        if choice not in RECIPES:
+            raise DataError(f"data.transforms: unknown recipe {choice!r}; registered: {sorted(RECIPES)}, "
+                            "'official' or 'per_dataset'")
         return tuple(choice for _ in task_components)
     official = OFFICIAL_RECIPES.get(benchmark, "backbone")
     if isinstance(official, str):
