@@ -30,15 +30,15 @@ DATA_FILE, WEIGHTS_FILE = "data/cifar100.npz", "weights/dinov2_vits14_imgfocus.s
 
 # name -> config overrides on top of BASE_CONFIG (the only differences between runs)
 RUNS = {
-    "hideprompt": ["model.gate=linear"],
-    "norga_tanh": ["model.gate=norga", "model.activation=tanh"],
-    "norga_sigmoid": ["model.gate=norga", "model.activation=sigmoid"],
-    "norga_gelu": ["model.gate=norga", "model.activation=gelu"],
-    "no_prompt": ["model.prompt_length=0"],
+    "hideprompt": ["method.gate={name: linear}"],
+    "norga_tanh": ["method.gate.name=norga", "method.gate.activation=tanh"],
+    "norga_sigmoid": ["method.gate.name=norga", "method.gate.activation=sigmoid"],
+    "norga_gelu": ["method.gate.name=norga", "method.gate.activation=gelu"],
+    "no_prompt": ["method.prompt_length=0"],
 }
 QUICK = ["data.num_tasks=2", "data.classes_per_task=50", "data.train_per_class=3", "data.test_per_class=2",
-         "wtp.epochs=1",
-         "tii.epochs=5", "tii.align_epochs=2", "tap.epochs=2"]
+         "method.wtp.epochs=1",
+         "method.tii.epochs=5", "method.tii.align_epochs=2", "method.tap.epochs=2"]
 COLUMNS = ("run", "seed", "FA", "CA", "FM", "FM_official", "CA_official", "TII", "TIL_FA", "minutes")
 PERCENT_COLUMNS = COLUMNS[2:-1]
 

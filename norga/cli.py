@@ -1,6 +1,6 @@
 """The ``norga`` command: ``norga train | eval | summarize | list`` and ``norga --version``.
 
-    norga train --config configs/smoke.yaml --output-dir runs/smoke [--set wtp.epochs=3 ...] [--dry-run] [--force]
+    norga train --config configs/smoke.yaml --output-dir runs/smoke [--set method.wtp.epochs=3 ...] [--dry-run] [--force]
     norga eval --run runs/smoke [--output eval.json]
     norga summarize runs/a_s42 runs/a_s43 [--vs runs/b_s42 runs/b_s43] [--out DIR]
     norga list
@@ -52,7 +52,7 @@ def user_error(err: BaseException) -> Optional[str]:
         return f"permission denied: {err.filename or one_line(str(err))}; check the permissions of that path"
     if isinstance(err, MemoryError) or type(err).__name__ == "OutOfMemoryError":
         return (f"out of memory ({one_line(str(err))[:120] or 'MemoryError'}); lower the batch sizes "
-                "(wtp.batch_size, eval_batch_size, tii.batch_size) or data.image_size")
+                "(method.wtp.batch_size, eval_batch_size, method.tii.batch_size) or data.image_size")
     return None
 
 
@@ -88,7 +88,7 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", required=True, help="YAML config, e.g. configs/cifar100_norga.yaml")
     parser.add_argument("--output-dir", default=None, help="run folder (default: runs/<config name>)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a config value, e.g. --set wtp.epochs=3 (repeatable)")
+                        help="override a config value, e.g. --set method.wtp.epochs=3 (repeatable)")
     parser.add_argument("--dry-run", action="store_true",
                         help="check config, data, weights and checkpoint, print the task split, train nothing")
     parser.add_argument("--force", action="store_true", help="resume even if the config changed")
@@ -188,20 +188,32 @@ def summarize_main(argv: Sequence[str]) -> int:
 
 def registry_lines() -> List[str]:
     """What ``norga list`` prints: registered gates, methods, benchmarks, presets, statistics kinds."""
-    from .config import StatsConfig
+    import dataclasses
+
     from .data import BENCHMARKS
-    from .models import ACTIVATIONS, GATES
+    from .methods import METHOD_CONFIGS
+    from .methods.hideprompt_config import StatsConfig
+    from .models import GATES
     from .models.backbone import BACKBONE_PRESETS
 
-    kinds = next(f for f in StatsConfig.__dataclass_fields__.values() if f.name == "kind").metadata["choices"]
-    lines = [f"gates (model.gate): {', '.join(sorted(GATES))}; NoRGa activations (model.activation): "
-             f"{', '.join(sorted(ACTIVATIONS))}",
-             "methods: the HiDe-Prompt pipeline (TII, WTP, TAP) with the gate choosing the method: "
-             "hideprompt = gate linear, norga = gate norga",
-             f"benchmarks (data.name): {', '.join(sorted(BENCHMARKS))}",
-             "backbone presets (model.preset):"]
+    def options(cls) -> str:
+        parts = []
+        for f in dataclasses.fields(cls):
+            choices = f.metadata.get("choices")
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+            parts.append(f"{f.name} ({' | '.join(map(str, choices))}; default {default})" if choices
+                         else f"{f.name} (default {default})")
+        return ", ".join(parts) or "no options"
+
+    kinds = next(f for f in dataclasses.fields(StatsConfig) if f.name == "kind").metadata["choices"]
+    lines = ["methods (method.name):"]
+    lines += [f"  {name}: {(cls.__doc__ or '').strip().splitlines()[0]}" for name, cls in sorted(METHOD_CONFIGS.items())]
+    lines.append("gates (method.gate: {name: ..., options}), for prefix methods:")
+    lines += [f"  {name}: {options(cls.Options)}" for name, cls in sorted(GATES.items())]
+    lines.append(f"benchmarks (data.name): {', '.join(sorted(BENCHMARKS))}")
+    lines.append("backbone presets (model.preset):")
     lines += [f"  {name}: {p.model_name}" for name, p in sorted(BACKBONE_PRESETS.items())]
-    lines.append(f"statistics kinds (stats.kind): {', '.join(kinds)}")
+    lines.append(f"statistics kinds of hideprompt (method.stats.kind): {', '.join(kinds)}")
     return lines
 
 

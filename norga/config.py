@@ -1,8 +1,14 @@
 """Typed run configuration: dataclasses loaded from YAML, strict validation.
 
-``load_config(path, overrides=["wtp.epochs=3", ...])`` returns a :class:`Config`.
+``load_config(path, overrides=["method.wtp.epochs=3", ...])`` returns a :class:`Config`.
 Unknown keys, wrong types and out-of-range values raise :class:`ConfigError`
-naming the key path (e.g. ``wtp.lr``). Booleans accept only true/false.
+naming the key path (e.g. ``method.wtp.lr``). Booleans accept only true/false.
+
+The run's own sections live here (``data``, ``model`` = the backbone, ``logging``);
+``method`` is the section of the method named by ``method.name``, a dataclass
+registered by that method in a torch-free module (:mod:`norga.methods`). A file
+may start from another with ``base: other.yaml`` (:func:`read_config_file`).
+Keys of the 0.1 layout raise an error naming their new place (:data:`MOVED_KEYS`).
 See README "Config reference" for every field.
 """
 from __future__ import annotations
@@ -11,7 +17,7 @@ import dataclasses
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 import yaml
 
@@ -51,73 +57,28 @@ class DataConfig:
 
 @dataclass
 class ModelConfig:
+    """The frozen backbone (what prompts and gates attach to is the method's business: ``method.*``)."""
+
     preset: Optional[str] = _f(None)
     name: Optional[str] = _f(None)  # timm model name; overrides the preset's
     checkpoint: Optional[str] = _f(None)
     pretrained: bool = _f(False)
     timm_kwargs: Dict[str, Any] = _f({})
-    prompt_layers: List[int] = _f([0, 1, 2, 3, 4])
-    prompt_length: int = _f(5, ge=0)  # 0: no prompts (frozen-backbone reference with the same TII/TAP)
-    gate: str = _f("norga")
-    activation: str = _f("tanh", choices=("tanh", "sigmoid", "gelu"))
 
 
 @dataclass
-class StatsConfig:
-    kind: str = _f("covariance", choices=("covariance", "variance", "multi_centroid"))
-    ridge: float = _f(1e-4, ge=0.0)
-    n_centroids: int = _f(10, ge=1)
+class MethodConfig:
+    """Base of every method's config section (``method:``); ``name`` selects the registered method.
 
+    A method's section is a dataclass subclass registered with
+    :func:`norga.methods.method_config` in a torch-free module, so configs are
+    checked before torch is imported. ``report(cfg)`` is printed by ``--dry-run``.
+    """
 
-@dataclass
-class TIIConfig:
-    epochs: int = _f(20, ge=0)
-    lr: float = _f(0.0005, gt=0.0)
-    batch_size: int = _f(128, ge=1)
-    mlp_ratios: List[int] = _f([2])
-    align_epochs: int = _f(30, ge=0)
-    align_lr: float = _f(0.005, gt=0.0)
-    samples_per_class: int = _f(128, ge=1)  # pseudo-features per seen class and alignment epoch
-    align_batches: str = _f("old_classes", choices=("old_classes", "all"))  # batches per alignment epoch
-    scale_align_lr: bool = _f(True)  # align_lr * batch / 256 too (authors' code), when scale_lr_by_batch
-    # official: the authors' single post-LN residual block over mlp_ratios; pre_norm: a pre-LN block per ratio
-    mlp_style: str = _f("official", choices=("official", "pre_norm"))
-    grad_clip: Optional[float] = _f(1.0, gt=0.0)  # max grad norm in TII training (authors: 1.0)
-    cache_features: bool = _f(False)  # train on frozen features of un-augmented images, computed once
+    name: str = _f("hideprompt")
 
-
-@dataclass
-class WTPConfig:
-    epochs: int = _f(50, ge=0)
-    lr: float = _f(0.03, gt=0.0)
-    batch_size: int = _f(128, ge=1)
-    schedule: str = _f("step", choices=("constant", "step", "cosine"))
-    milestones: List[int] = _f([30])
-    gamma: float = _f(0.1, gt=0.0)
-    min_lr: float = _f(1e-5, ge=0.0)  # floor of the cosine schedule (timm's lr_min in the authors' scripts)
-    # timm: scheduler.step(epoch) after each epoch sets the next epoch's lr from the finished epoch's index, so a
-    # change "at epoch 30" first applies to 0-based epoch 31 (authors); torch: it applies to epoch 30
-    schedule_stepping: str = _f("timm", choices=("timm", "torch"))
-    head_lr_scale: float = _f(0.1, gt=0.0)  # "larger prompt lr": head gets head_lr_scale * lr
-    reg: float = _f(0.1, ge=0.0)  # lambda of the contrastive regulariser
-    # official: CE(M M^T / temperature, identity) on M = [old class means; batch features], every task (authors'
-    # code); eq56: the paper's eq. 56 on L2-normalised features, tasks t > 0 only
-    reg_form: str = _f("official", choices=("official", "eq56"))
-    temperature: float = _f(0.8, gt=0.0)
-    momentum: float = _f(0.01, ge=0.0, le=1.0)  # prompt-ensemble m
-    grad_clip: Optional[float] = _f(1.0, gt=0.0)
-    label_smoothing: float = _f(0.0, ge=0.0, le=1.0)  # authors' code: none (the flag is parsed, never used)
-    prompt_writeback: bool = _f(True)  # after WTP store p_t (ensembled) as e_t (authors); false: keep raw e_t
-
-
-@dataclass
-class TAPConfig:
-    epochs: int = _f(80, ge=0)
-    lr: float = _f(0.05, gt=0.0)
-    batch_size: int = _f(640, ge=1)  # authors: 5 x the training batch
-    samples_per_class: int = _f(640, ge=1)  # authors: 5 x the training batch
-    batches: str = _f("old_classes", choices=("old_classes", "all"))  # batches per epoch (see tii.align_batches)
-    after_first_task: bool = _f(False)  # authors' code runs TAP only for tasks t > 0
+    def report(self, cfg: "Config") -> str:
+        return ""
 
 
 @dataclass
@@ -125,36 +86,89 @@ class LoggingConfig:
     tensorboard: bool = _f(False)  # also write the per-epoch log as TensorBoard scalars to DIR/tensorboard/
 
 
+def _default_method() -> MethodConfig:
+    return method_config_class(DEFAULT_METHOD)()
+
+
+DEFAULT_METHOD = "hideprompt"
+
+
 @dataclass
 class Config:
     seed: int = _f(42)
     device: str = _f("auto", choices=("auto", "cpu", "cuda"))
-    scale_lr_by_batch: bool = _f(True)  # TII, TII-alignment (see tii.scale_align_lr) and WTP lr * batch / 256
     eval_batch_size: int = _f(256, ge=1)
     # true: classifier logits restricted to classes seen so far (standard class-incremental evaluation);
-    # false: all classes compete in the argmax (authors' code). TII logits are always restricted.
+    # false: all classes compete in the argmax (authors' code). A method's own task inference is not affected.
     eval_mask_unseen: bool = _f(True)
-    head_init: str = _f("trunc_normal", choices=("trunc_normal", "pytorch"))  # linear layers of both heads
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
-    stats: StatsConfig = field(default_factory=StatsConfig)
-    tii: TIIConfig = field(default_factory=TIIConfig)
-    wtp: WTPConfig = field(default_factory=WTPConfig)
-    tap: TAPConfig = field(default_factory=TAPConfig)
+    method: MethodConfig = field(default_factory=_default_method, metadata={"method": True})
     logging: LoggingConfig = field(default_factory=LoggingConfig)
 
-    def __post_init__(self):
-        if self.tap.after_first_task and self.tap.batches == "old_classes":
-            raise ConfigError("tap.after_first_task=true with tap.batches=old_classes would run 0 TAP batches after "
-                              "the first task (C_old = 0); set tap.batches=all, or tap.after_first_task=false")
+
+# Keys of the norga 0.1/0.2 layout -> where they live now (an old config gets an error naming the new key).
+MOVED_KEYS = {
+    "tii": "method.tii", "wtp": "method.wtp", "tap": "method.tap", "stats": "method.stats",
+    "head_init": "method.head_init", "scale_lr_by_batch": "method.scale_lr_by_batch",
+    "model.prompt_layers": "method.prompt_layers", "model.prompt_length": "method.prompt_length",
+    "model.gate": "method.gate.name", "model.activation": "method.gate.activation",
+}
+
+
+def method_config_class(name: str) -> type:
+    """The config dataclass registered for method ``name`` (imports the torch-free config modules)."""
+    from .methods import METHOD_CONFIGS  # late: norga.methods imports this module
+
+    if not isinstance(name, str) or name not in METHOD_CONFIGS:
+        raise ConfigError(f"method.name: unknown method {name!r}; choose one of {sorted(METHOD_CONFIGS)} "
+                          "('norga list' describes them)")
+    return METHOD_CONFIGS[name]
 
 
 def load_config(path: Optional[Union[str, Path]] = None, overrides: Optional[List[str]] = None) -> Config:
-    """Read YAML (or start from defaults), apply ``key.path=value`` overrides, validate."""
-    raw: Dict[str, Any] = {} if path is None else _read_yaml_file(Path(path))
+    """Read YAML (or start from defaults), resolve ``base:`` includes, apply ``key.path=value`` overrides, validate."""
+    raw: Dict[str, Any] = {} if path is None else read_config_file(Path(path))
     for item in overrides or []:
         _apply_override(raw, item)
     return from_dict(Config, raw, "")
+
+
+def read_config_file(path: Path, _including: Tuple[Path, ...] = ()) -> Dict[str, Any]:
+    """A config file's mapping with its ``base:`` chain merged in (the file's own values win).
+
+    ``base: other.yaml`` (a path relative to the file) names a config this one
+    starts from: mappings merge key by key, every other value (lists too) is
+    replaced. A section naming another ``name`` than the base's (another method,
+    another gate) replaces the base's section whole: its keys belong to the other one.
+    """
+    raw = _read_yaml_file(path)
+    base = raw.pop("base", None)
+    if base is None:
+        return raw
+    if not isinstance(base, str) or not base.strip():
+        raise ConfigError(f"{path}: base must be the path of another config file, got {base!r}")
+    base_path = (path.parent / base).resolve()
+    chain = _including + (path.resolve(),)
+    if base_path in chain:
+        raise ConfigError(f"{path}: base {base!r} includes itself ({' -> '.join(str(p) for p in chain + (base_path,))})")
+    if not base_path.is_file():
+        raise ConfigError(f"{path}: base config not found: {base_path} (base paths are relative to the file)")
+    return merge_configs(read_config_file(base_path, chain), raw)
+
+
+def merge_configs(base: Dict[str, Any], own: Dict[str, Any]) -> Dict[str, Any]:
+    """``own`` on top of ``base`` (see :func:`read_config_file`); neither argument is modified."""
+    merged = dict(base)
+    for key, value in own.items():
+        old = merged.get(key)
+        renamed = isinstance(old, dict) and isinstance(value, dict) and value.get("name", old.get("name")) != \
+            old.get("name")  # another method or gate: the base's options belong to the other one
+        if isinstance(old, dict) and isinstance(value, dict) and not renamed:
+            merged[key] = merge_configs(old, value)
+        else:
+            merged[key] = value
+    return merged
 
 
 def _yaml_problem(err: yaml.YAMLError) -> str:
@@ -208,9 +222,14 @@ def _apply_override(raw: Dict[str, Any], item: str) -> None:
 
 
 def from_dict(cls, raw: Dict[str, Any], prefix: str):
-    """Build dataclass ``cls`` from ``raw``, validating every key (errors name ``prefix.key``)."""
+    """Build dataclass ``cls`` from ``raw``, validating every key (errors name ``prefix.key``).
+
+    A field with ``metadata["method"]`` is a method section: its dataclass is the
+    one registered for ``raw[field]["name"]``.
+    """
     if not isinstance(raw, dict):
         raise ConfigError(f"{prefix or 'config'}: expected a mapping, got {type(raw).__name__}")
+    _refuse_moved_keys(raw, prefix)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     hints = typing.get_type_hints(cls)
     unknown = sorted(set(raw) - set(fields))
@@ -223,11 +242,25 @@ def from_dict(cls, raw: Dict[str, Any], prefix: str):
         if name not in raw:
             continue
         key = _join(prefix, name)
-        if dataclasses.is_dataclass(hints[name]):
+        if f.metadata.get("method"):
+            section = raw[name] if raw[name] is not None else {}
+            chosen = section.get("name", DEFAULT_METHOD) if isinstance(section, dict) else None
+            values[name] = from_dict(method_config_class(chosen), section, key)
+        elif dataclasses.is_dataclass(hints[name]):
             values[name] = from_dict(hints[name], raw[name], key)
         else:
             values[name] = _check_value(key, raw[name], hints[name], f.metadata)
     return cls(**values)
+
+
+def _refuse_moved_keys(raw: Dict[str, Any], prefix: str) -> None:
+    """An old-layout key is an error naming its new place (never silently reinterpreted)."""
+    for name in raw:
+        key = _join(prefix, name)
+        if key in MOVED_KEYS:
+            raise ConfigError(f"{key} moved to {MOVED_KEYS[key]} (norga 0.2 config layout: everything a method "
+                              f"owns lives under method:); write it as {MOVED_KEYS[key]}, see README 'Config "
+                              "reference'")
 
 
 def _join(prefix: str, name: str) -> str:

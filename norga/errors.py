@@ -18,9 +18,6 @@ from __future__ import annotations
 
 from typing import Optional
 
-# stage name (as shown in progress bars and logs) -> the config key of its learning rate
-STAGE_LR_KEYS = {"tii": "tii.lr", "tii_align": "tii.align_lr", "wtp": "wtp.lr", "tap": "tap.lr",
-                 "head": "wtp.lr"}  # stage names as in epochs.jsonl (norga.continual.stages.EpochMeter)
 
 
 class NorgaError(Exception):
@@ -35,15 +32,15 @@ class NonFiniteLoss(NorgaError, FloatingPointError):
     """A training loss became NaN or inf; the message names stage, task, epoch and the key to change."""
 
     def __init__(self, value: float, stage: Optional[str] = None, epoch: Optional[int] = None,
-                 task: Optional[int] = None):
+                 task: Optional[int] = None, lr_key: Optional[str] = None):
         super().__init__(value)
-        self.value, self.stage, self.epoch, self.task = value, stage, epoch, task
+        self.value, self.stage, self.epoch, self.task, self.lr_key = value, stage, epoch, task, lr_key
 
     def __str__(self) -> str:
         where = ", ".join(part for part in (
             f"stage {self.stage}" if self.stage else "",
             f"task {self.task}" if self.task is not None else "",
             f"epoch {self.epoch}" if self.epoch is not None else "") if part)
-        key = STAGE_LR_KEYS.get(self.stage or "", "the learning rates (tii.lr, wtp.lr, tap.lr)")
+        key = self.lr_key or "the method's learning rates (method.*.lr)"
         return (f"training diverged: the loss became {self.value} ({where or 'unknown stage'}); lower {key} "
                 "(completed tasks are kept; continuing them with a changed config needs --force)")

@@ -24,3 +24,33 @@ def shared_dir() -> Path:
     if not SHARED.is_dir():
         pytest.skip("../shared is absent (real data/weights only exist on the project's machines)")
     return SHARED
+
+
+def build_run_parts(cfg, device: str = "cpu"):
+    """(resolved cfg, benchmark, method) of a config, as the runner builds them (nothing trained)."""
+    from norga.continual.runner import build_data, build_vit, resolve_config
+    from norga.methods import build_method
+
+    cfg = resolve_config(cfg)
+    vit = build_vit(cfg)
+    bench = build_data(cfg, vit)
+    return cfg, bench, build_method(cfg, vit, bench.task_classes, torch.device(device))
+
+
+def loaders_of(cfg, bench, method, task: int):
+    """The runner's loaders of ``task`` for ``method``."""
+    from norga.continual.runner import task_loaders
+
+    return task_loaders(cfg, bench, task, method.train_batch_size)
+
+
+def load_run_method(run_dir):
+    """(cfg, bench, method) of a finished run with every task's checkpoint loaded (last one wins)."""
+    from norga.config import load_config
+    from norga.continual.rundir import RunDir
+
+    cfg, bench, method = build_run_parts(load_config(Path(run_dir) / "config.yaml"))
+    run = RunDir(run_dir)
+    for t in range(run.scan().done):
+        method.load_state_dict(run.load_checkpoint(t)["method"])
+    return cfg, bench, method

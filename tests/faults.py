@@ -30,9 +30,9 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "2", "PYTHONPATH": str(REPO)}
 
 # configs/smoke.yaml shrunk to 3 tasks x 2 classes and a few epochs: every stage runs, ~5 s of training
 TINY = ["--set", "data.options={num_classes: 6, train_per_class: 12, test_per_class: 6}",
-        "--set", "data.classes_per_task=2", "--set", "tii.epochs=2", "--set", "tii.align_epochs=2",
-        "--set", "tii.samples_per_class=16", "--set", "wtp.epochs=2", "--set", "tap.epochs=2",
-        "--set", "tap.samples_per_class=16"]
+        "--set", "data.classes_per_task=2", "--set", "method.tii.epochs=2", "--set", "method.tii.align_epochs=2",
+        "--set", "method.tii.samples_per_class=16", "--set", "method.wtp.epochs=2", "--set", "method.tap.epochs=2",
+        "--set", "method.tap.samples_per_class=16"]
 
 
 def train_args(out: Path, *extra: str) -> List[str]:

@@ -50,9 +50,9 @@ def test_list_names_every_registered_item(capsys):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--set", "wtp.epoch=3"], "unknown key(s) ['wtp.epoch']"),
+    (["--set", "method.wtp.epoch=3"], "unknown key(s) ['method.wtp.epoch']"),
     (["--set", "model.name=null"], "model: set model.preset"),
-    (["--set", "wtp.lr=[1,"], "the value is not valid YAML"),
+    (["--set", "method.wtp.lr=[1,"], "the value is not valid YAML"),
     (["--config", "configs/nope.yaml"], "config file not found: configs/nope.yaml"),
     (["--output-dir", "README.md"], "output folder README.md exists and is not a folder"),
 ])

@@ -13,32 +13,95 @@ CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.yaml"
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])
 def test_every_shipped_config_loads(path):
     cfg = load_config(path)
-    assert cfg.data.num_tasks >= 1 and cfg.model.prompt_length >= 1
+    assert cfg.data.num_tasks >= 1 and cfg.method.name == "hideprompt" and cfg.method.prompt_length >= 1
 
 
 def test_shipped_benchmark_configs_follow_the_reference():
     cifar = load_config(CONFIGS[0].parent / "cifar100_norga.yaml")
-    assert (cifar.wtp.epochs, cifar.wtp.lr, cifar.wtp.schedule, cifar.wtp.milestones) == (50, 0.03, "step", [30])
-    assert (cifar.model.gate, cifar.model.activation, cifar.model.prompt_length) == ("norga", "sigmoid", 5)
-    assert (cifar.tap.lr, cifar.tap.epochs, cifar.tii.align_epochs) == (0.05, 80, 30)
+    w = cifar.method.wtp
+    assert (w.epochs, w.lr, w.schedule, w.milestones) == (50, 0.03, "step", [30])
+    assert (cifar.method.gate, cifar.method.prompt_length) == ({"name": "norga", "activation": "sigmoid"}, 5)
+    assert (cifar.method.tap.lr, cifar.method.tap.epochs, cifar.method.tii.align_epochs) == (0.05, 80, 30)
     hide = load_config(CONFIGS[0].parent / "cifar100_hideprompt.yaml")
-    assert (hide.model.gate, hide.tii.mlp_ratios, hide.wtp.grad_clip, hide.model.prompt_length) == (
-        "linear", [2], 1.0, 5)
+    h = hide.method
+    assert (h.gate, h.tii.mlp_ratios, h.wtp.grad_clip, h.prompt_length) == ({"name": "linear"}, [2], 1.0, 5)
+    assert (h.tap.lr, h.tap.epochs) == (0.005, 30)  # the HiDe-Prompt script's TAP
+
+
+@pytest.mark.parametrize("bench", ["cifar100", "cub200", "imagenet_r", "five_datasets"])
+def test_norga_configs_differ_from_their_hideprompt_base_only_where_they_say(bench):
+    """Each _norga config is its _hideprompt base plus a few keys: everything else must come through unchanged."""
+    root = CONFIGS[0].parent
+    norga, hide = load_config(root / f"{bench}_norga.yaml"), load_config(root / f"{bench}_hideprompt.yaml")
+    assert "base:" in (root / f"{bench}_norga.yaml").read_text()
+    assert norga.method.gate["name"] == "norga" and hide.method.gate == {"name": "linear"}
+    assert (norga.data, norga.model, norga.method.wtp, norga.method.stats) == (hide.data, hide.model, hide.method.wtp,
+                                                                               hide.method.stats)
+
+
+def test_base_includes_merge_sections_and_replace_other_names(tmp_path):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "base.yaml").write_text("seed: 1\ndata: {num_tasks: 4, classes_per_task: 2}\n"
+                                        "method: {gate: {name: norga, activation: gelu}, wtp: {epochs: 7, lr: 0.5},"
+                                        " prompt_layers: [0, 1]}\n")
+    (tmp_path / "sub" / "child.yaml").write_text("base: ../base.yaml\ndata: {num_tasks: 2}\n"
+                                                 "method: {gate: {name: linear}, wtp: {epochs: 3}, prompt_layers: [2]}\n")
+    cfg = load_config(tmp_path / "sub" / "child.yaml")
+    assert (cfg.seed, cfg.data.num_tasks, cfg.data.classes_per_task) == (1, 2, 2)  # mappings merge key by key
+    assert (cfg.method.wtp.epochs, cfg.method.wtp.lr) == (3, 0.5)
+    assert cfg.method.prompt_layers == [2]  # lists are replaced, not merged
+    assert cfg.method.gate == {"name": "linear"}  # another gate: the base's options (activation) are dropped
+    assert load_config(tmp_path / "sub" / "child.yaml", ["method.wtp.epochs=9"]).method.wtp.epochs == 9
+
+
+def test_base_include_errors_name_the_file(tmp_path):
+    (tmp_path / "a.yaml").write_text("base: b.yaml\n")
+    (tmp_path / "b.yaml").write_text("base: a.yaml\n")
+    with pytest.raises(ConfigError, match="includes itself"):
+        load_config(tmp_path / "a.yaml")
+    (tmp_path / "c.yaml").write_text("base: missing.yaml\n")
+    with pytest.raises(ConfigError, match=r"c.yaml: base config not found: .*missing.yaml"):
+        load_config(tmp_path / "c.yaml")
+    (tmp_path / "d.yaml").write_text("base: [a.yaml]\n")
+    with pytest.raises(ConfigError, match="base must be the path of another config file"):
+        load_config(tmp_path / "d.yaml")
+
+
+@pytest.mark.parametrize("old, new", [
+    ("wtp.epochs=3", "method.wtp"), ("tii.lr=0.1", "method.tii"), ("tap.epochs=1", "method.tap"),
+    ("stats.ridge=0.1", "method.stats"), ("head_init=pytorch", "method.head_init"),
+    ("scale_lr_by_batch=false", "method.scale_lr_by_batch"), ("model.gate=linear", "method.gate.name"),
+    ("model.activation=gelu", "method.gate.activation"), ("model.prompt_length=0", "method.prompt_length"),
+    ("model.prompt_layers=[0]", "method.prompt_layers"),
+])
+def test_old_layout_keys_get_an_error_naming_their_new_place(old, new):
+    with pytest.raises(ConfigError, match=f"moved to {new}"):
+        load_config(None, [old])
+
+
+def test_method_name_selects_the_section_and_unknown_methods_are_named():
+    assert type(load_config(None).method).__name__ == "HiDePromptConfig"
+    with pytest.raises(ConfigError, match=r"method.name: unknown method 'l2p_typo'; choose one of \['hideprompt'"):
+        load_config(None, ["method.name=l2p_typo"])
+    with pytest.raises(ConfigError, match="method.gate: needs a gate name"):
+        load_config(None, ["method.gate={activation: tanh, name: 3}"])
+    assert load_config(None, ["method.gate={activation: gelu}"]).method.gate == {"name": "norga", "activation": "gelu"}
 
 
 def test_overrides_and_strict_types(tmp_path):
-    cfg = load_config(None, ["wtp.epochs=3", "model.gate=linear", "stats.ridge=1e-3", "data.class_order=[2, 0, 1]"])
-    assert cfg.wtp.epochs == 3 and cfg.model.gate == "linear" and cfg.stats.ridge == 1e-3
+    cfg = load_config(None, ["method.wtp.epochs=3", "method.gate={name: linear}", "method.stats.ridge=1e-3",
+                             "data.class_order=[2, 0, 1]"])
+    assert cfg.method.wtp.epochs == 3 and cfg.method.gate == {"name": "linear"} and cfg.method.stats.ridge == 1e-3
     assert cfg.data.class_order == [2, 0, 1]
     cases = {
-        "wtp.epochs=three": "wtp.epochs: expected an integer",
-        "wtp.lr=-1": r"wtp.lr: must be > 0.0",
-        "tii.cache_features=yes please": "tii.cache_features: expected true or false",
-        "tii.cache_features=1": "tii.cache_features: expected true or false",
-        "stats.kind=full": r"stats.kind: 'full' is not one of",
-        "wtp.momentum=1.5": r"wtp.momentum: must be <= 1.0",
-        "wtp.epoch=3": r"unknown key\(s\) \['wtp.epoch'\] at wtp",
-        "model.prompt_layers=[0, x]": r"model.prompt_layers\[1\]: expected an integer",
+        "method.wtp.epochs=three": "method.wtp.epochs: expected an integer",
+        "method.wtp.lr=-1": r"method.wtp.lr: must be > 0.0",
+        "method.tii.cache_features=yes please": "method.tii.cache_features: expected true or false",
+        "method.tii.cache_features=1": "method.tii.cache_features: expected true or false",
+        "method.stats.kind=full": r"method.stats.kind: 'full' is not one of",
+        "method.wtp.momentum=1.5": r"method.wtp.momentum: must be <= 1.0",
+        "method.wtp.epoch=3": r"unknown key\(s\) \['method.wtp.epoch'\] at method.wtp",
+        "method.prompt_layers=[0, x]": r"method.prompt_layers\[1\]: expected an integer",
         "nonsense": "must look like key.path=value",
     }
     for override, message in cases.items():

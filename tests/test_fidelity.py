@@ -210,13 +210,13 @@ def test_shipped_paper_configs_follow_the_authors_item_by_item(path):
 
 
 def test_paper_choices_are_reported_as_not_the_authors():
-    cfg = load_config(None, ["wtp.reg_form=eq56", "wtp.label_smoothing=0.1", "data.class_order_rng=numpy"])
+    cfg = load_config(None, ["method.wtp.reg_form=eq56", "method.wtp.label_smoothing=0.1", "data.class_order_rng=numpy"])
     keys = [item.key for item in differing_items(cfg)]
-    assert {"wtp.reg_form", "wtp.label_smoothing", "data.class_order_rng"} <= set(keys)
-    assert "wtp.reg_form = 'eq56': NOT the authors'" in fidelity_report(cfg)
+    assert {"method.wtp.reg_form", "method.wtp.label_smoothing", "data.class_order_rng"} <= set(keys)
+    assert "method.wtp.reg_form = 'eq56': NOT the authors'" in fidelity_report(cfg)
 
 
 def test_tap_after_the_first_task_needs_all_batches():
-    with pytest.raises(ConfigError, match="tap.batches=all"):
-        load_config(None, ["tap.after_first_task=true"])
-    assert load_config(None, ["tap.after_first_task=true", "tap.batches=all"]).tap.after_first_task
+    with pytest.raises(ConfigError, match="method.tap.batches=all"):
+        load_config(None, ["method.tap.after_first_task=true"])
+    assert load_config(None, ["method.tap.after_first_task=true", "method.tap.batches=all"]).method.tap.after_first_task

@@ -9,91 +9,89 @@ from pathlib import Path
 import pytest
 import torch
 
-import norga.continual.learner as learner_module
+import norga.methods.hideprompt as hideprompt_module
+from conftest import build_run_parts, loaders_of
 from norga.config import load_config
-from norga.continual.learner import HiDeNoRGaLearner
-from norga.continual.runner import build_data, build_model, task_loaders
 
 REPO = Path(__file__).resolve().parents[1]
 SMOKE = REPO / "configs" / "smoke.yaml"
-FAST = ["tii.epochs=1", "tii.align_epochs=1", "wtp.epochs=1", "tap.epochs=1", "data.num_tasks=3"]
-PAPER_CHOICES = ["wtp.reg_form=eq56", "wtp.label_smoothing=0.1", "tap.after_first_task=true", "tap.batches=all",
-                 "tii.align_batches=all", "tii.mlp_style=pre_norm", "head_init=pytorch", "data.class_order_rng=numpy",
-                 "data.transforms=backbone", "wtp.prompt_writeback=false", "wtp.schedule_stepping=torch",
-                 "tii.scale_align_lr=false", "tii.grad_clip=null"]
+FAST = ["method.tii.epochs=1", "method.tii.align_epochs=1", "method.wtp.epochs=1", "method.tap.epochs=1", "data.num_tasks=3"]
+PAPER_CHOICES = ["method.wtp.reg_form=eq56", "method.wtp.label_smoothing=0.1", "method.tap.after_first_task=true", "method.tap.batches=all",
+                 "method.tii.align_batches=all", "method.tii.mlp_style=pre_norm", "method.head_init=pytorch", "data.class_order_rng=numpy",
+                 "data.transforms=backbone", "method.wtp.prompt_writeback=false", "method.wtp.schedule_stepping=torch",
+                 "method.tii.scale_align_lr=false", "method.tii.grad_clip=null"]
 
 
 def _learner(overrides):
-    cfg = load_config(SMOKE, FAST + overrides)
-    model = build_model(cfg)
-    bench = build_data(cfg, model)
-    return cfg, bench, HiDeNoRGaLearner(model, bench.task_classes, cfg, torch.device("cpu"))
+    return build_run_parts(load_config(SMOKE, FAST + overrides))
 
 
 def _record_alignments(monkeypatch):
     calls = []
-    original = learner_module.align_head
+    original = hideprompt_module.align_head
 
     def spy(head, store, classes, num_classes, epochs, lr, per_class, batch_size, generator, device, desc,
-            max_batches=None, task=0):
+            max_batches=None, task=0, **kwargs):
         steps = []
         hook = head.register_forward_hook(lambda *_: steps.append(1))
         original(head, store, classes, num_classes, epochs, lr, per_class, batch_size, generator, device, desc,
-                 max_batches, task)
+                 max_batches, task, **kwargs)
         hook.remove()
         calls.append({"desc": desc, "classes": len(classes), "per_class": per_class, "batch": batch_size,
                       "max_batches": max_batches, "lr": lr, "steps": len(steps)})
 
-    monkeypatch.setattr(learner_module, "align_head", spy)
+    monkeypatch.setattr(hideprompt_module, "align_head", spy)
     return calls
 
 
 def test_authors_alignment_budget_and_no_tap_after_the_first_task(monkeypatch):
     calls = _record_alignments(monkeypatch)
-    cfg, bench, learner = _learner(["tii.samples_per_class=16", "tii.batch_size=16", "tap.samples_per_class=32",
-                                    "tap.batch_size=32", "tii.align_lr=0.004", "scale_lr_by_batch=true"])
+    cfg, bench, learner = _learner(["method.tii.samples_per_class=16", "method.tii.batch_size=16", "method.tap.samples_per_class=32",
+                                    "method.tap.batch_size=32", "method.tii.align_lr=0.004", "method.scale_lr_by_batch=true"])
     for t in range(2):
-        learner.learn_task(t, task_loaders(cfg, bench, t))
+        learner.learn_task(t, loaders_of(cfg, bench, learner, t))
     # task 0: no TII alignment, no TAP; task 1: both, C_old = 10 batches, 20 seen classes sampled
     assert [c["desc"] for c in calls] == ["tii_align", "tap"]
     tii, tap = calls
     assert (tii["classes"], tii["per_class"], tii["batch"], tii["max_batches"], tii["steps"]) == (20, 16, 16, 10, 10)
     assert (tap["classes"], tap["per_class"], tap["batch"], tap["max_batches"], tap["steps"]) == (20, 32, 32, 10, 10)
     assert tii["lr"] == pytest.approx(0.004 * 16 / 256)  # TII alignment lr scaled by batch / 256
-    assert tap["lr"] == pytest.approx(cfg.tap.lr)  # TAP lr never scaled
+    assert tap["lr"] == pytest.approx(cfg.method.tap.lr)  # TAP lr never scaled
 
 
 def test_paper_alignment_budget_runs_tap_after_every_task_and_every_batch(monkeypatch):
     calls = _record_alignments(monkeypatch)
-    cfg, bench, learner = _learner(["tii.samples_per_class=16", "tii.batch_size=16", "tap.samples_per_class=32",
-                                    "tap.batch_size=32", "tap.after_first_task=true", "tap.batches=all",
-                                    "tii.align_batches=all", "tii.scale_align_lr=false", "scale_lr_by_batch=true"])
+    cfg, bench, learner = _learner(["method.tii.samples_per_class=16", "method.tii.batch_size=16", "method.tap.samples_per_class=32",
+                                    "method.tap.batch_size=32", "method.tap.after_first_task=true", "method.tap.batches=all",
+                                    "method.tii.align_batches=all", "method.tii.scale_align_lr=false", "method.scale_lr_by_batch=true"])
     for t in range(2):
-        learner.learn_task(t, task_loaders(cfg, bench, t))
+        learner.learn_task(t, loaders_of(cfg, bench, learner, t))
     assert [c["desc"] for c in calls] == ["tap", "tii_align", "tap"]
     assert calls[0]["steps"] == 10  # 10 classes x 32 / 32
-    assert calls[1]["steps"] == 20 and calls[1]["lr"] == pytest.approx(cfg.tii.align_lr)
+    assert calls[1]["steps"] == 20 and calls[1]["lr"] == pytest.approx(cfg.method.tii.align_lr)
     assert calls[2]["steps"] == 20
 
 
 def _record_wtp_start(monkeypatch):
+    """The trained prompt e_t as each WTP stage starts (spying on the shared loop's stage "wtp")."""
     starts = []
-    original = learner_module.train_wtp
+    original = hideprompt_module.run_stage
 
-    def spy(model, head, prompt_fn, prompt_params, *args, **kwargs):
-        starts.append(prompt_params[0].detach().clone())
-        return original(model, head, prompt_fn, prompt_params, *args, **kwargs)
+    def spy(stage, *args, **kwargs):
+        if stage.name == "wtp":
+            starts.append(stage.optimizer.param_groups[0]["params"][0].detach().clone())
+        return original(stage, *args, **kwargs)
 
-    monkeypatch.setattr(learner_module, "train_wtp", spy)
+    monkeypatch.setattr(hideprompt_module, "run_stage", spy)
     return starts
 
 
 @pytest.mark.parametrize("writeback", [True, False])
 def test_prompt_writeback_and_the_next_tasks_initialisation(monkeypatch, writeback):
     starts = _record_wtp_start(monkeypatch)
-    cfg, bench, learner = _learner([f"wtp.prompt_writeback={str(writeback).lower()}", "wtp.momentum=0.5"])
+    cfg, bench, learner = _learner([f"method.wtp.prompt_writeback={str(writeback).lower()}", "method.wtp.momentum=0.5"])
     for t in range(3):
-        learner.learn_task(t, task_loaders(cfg, bench, t))
+        learner.learn_task(t, loaders_of(cfg, bench, learner, t))
     pool, stored = learner.pool.prompts, learner.task_prompts
     for t in (1, 2):  # the prompt used by task t (p_t) is the ensemble of the pool *after* training e_t
         if writeback:

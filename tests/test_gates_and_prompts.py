@@ -12,12 +12,25 @@ from norga.models.gates import Gate, register_gate
 
 def test_registry_holds_linear_and_norga():
     assert {"linear", "norga"} <= set(GATES)
-    with pytest.raises(ValueError, match="unknown gate 'nope'; choose one of"):
+    with pytest.raises(ValueError, match="method.gate.name: unknown gate 'nope'; choose one of"):
         build_gate("nope")
-    with pytest.raises(ValueError, match="unknown NoRGa activation 'relu'"):
+    with pytest.raises(ValueError, match=r"method.gate.activation: 'relu' is not one of \['tanh', 'sigmoid', 'gelu'\]"):
         build_gate("norga", activation="relu")
-    with pytest.raises(TypeError, match="gate 'linear' takes no options"):
+    with pytest.raises(ValueError, match=r"unknown key\(s\) \['method.gate.activation'\].*gate 'linear' takes no options"):
         build_gate("linear", activation="tanh")
+    with pytest.raises(ValueError, match="method.gate.alpha_init: expected a number"):
+        build_gate("norga", alpha_init="big")
+
+
+def test_gates_own_their_policy_and_report():
+    from norga.models.gates import resolve_gate_spec
+
+    norga, linear = build_gate("norga", activation="gelu", alpha_init=0.5), build_gate("linear")
+    assert [norga.trains_on(t) for t in range(3)] == [True, False, False]  # alpha, tau: the first task only
+    assert not linear.trains_on(0) and linear.report() == {} and list(linear.parameters()) == []
+    assert norga.report() == {"alpha": 0.5, "tau": 1.0}
+    assert resolve_gate_spec({"name": "norga"}) == {"name": "norga", "activation": "tanh", "alpha_init": 1.0,
+                                                    "tau_init": 1.0}
 
 
 @pytest.mark.parametrize("activation,fn", [

@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from norga.continual.gaussian import GaussianStore
-from norga.continual.stages import contrastive_regulariser, masked_cross_entropy
+from norga.continual.stages import contrastive_regulariser
+from norga.continual.training import masked_cross_entropy
 
 
 def class_features(seed: int, n: int = 4000, D: int = 4):

@@ -67,7 +67,7 @@ def test_stages_learn_on_synthetic_data(smoke_run):
 
 def test_gates_train_on_task_one_then_freeze_and_old_prompts_never_change(smoke_run):
     run = RunDir(smoke_run)
-    states = [run.load_checkpoint(t) for t in range(3)]
+    states = [run.load_checkpoint(t)["method"] for t in range(3)]
     gates = [s["gates"] for s in states]
     assert any(float(g["alpha"]) != 1.0 for g in gates[0].values())  # trained during task 1
     for later in gates[1:]:
@@ -107,8 +107,8 @@ def test_killed_and_resumed_run_equals_uninterrupted(smoke_run, tmp_path):
 
 
 def test_resume_with_changed_config_needs_force(smoke_run, tmp_path):
-    result = train(smoke_run, "--set", "wtp.epochs=4")
-    assert result.returncode == 2 and "different config (changed: ['wtp.epochs'])" in result.stderr
+    result = train(smoke_run, "--set", "method.wtp.epochs=4")
+    assert result.returncode == 2 and "different config (changed: ['method.wtp.epochs'])" in result.stderr
 
 
 def test_eval_reproduces_the_training_metrics(smoke_run, tmp_path):
@@ -124,22 +124,15 @@ def test_eval_reproduces_the_training_metrics(smoke_run, tmp_path):
 
 def test_prompt_choice_is_per_sample_not_per_batch(smoke_run):
     """Accuracies are identical whether test samples come one by one or in mixed batches."""
-    from norga.continual.learner import HiDeNoRGaLearner
-    from norga.continual.runner import build_data, build_model
+    from conftest import load_run_method
 
-    cfg = load_config(smoke_run / "config.yaml")
-    model = build_model(cfg)
-    bench = build_data(cfg, model)
-    learner = HiDeNoRGaLearner(model, bench.task_classes, cfg, torch.device("cpu"))
-    for t in range(3):
-        learner.load_state_dict(RunDir(smoke_run).load_checkpoint(t))
+    cfg, bench, learner = load_run_method(smoke_run)
     mixed = torch.utils.data.ConcatDataset([bench.test_set(i) for i in range(3)])
     subset = torch.utils.data.Subset(mixed, list(range(0, len(mixed), 7)))
     results = []
     for batch_size in (1, len(subset)):
         loader = torch.utils.data.DataLoader(subset, batch_size=batch_size)
-        e = evaluate_task(model, learner.tii_head, learner.head, learner.task_prompts, learner.class_to_task, 0,
-                          learner.seen_mask(2), loader, torch.device("cpu"))
+        e = evaluate_task(learner, 0, learner.seen_mask(2), loader, torch.device("cpu"))
         results.append((e.cil_accuracy, e.tii_accuracy, e.til_accuracy))
     assert results[0] == pytest.approx(results[1], abs=1e-9)
 
@@ -165,25 +158,18 @@ def test_dry_run_reports_missing_data_clearly(path, tmp_path):
 
 def test_feature_cache_changes_no_number_and_skips_forwards(smoke_run):
     """A warm cache gives the same accuracies as a cold one, without running the backbone again."""
-    from norga.continual.evaluate import FeatureCache
-    from norga.continual.learner import HiDeNoRGaLearner
-    from norga.continual.runner import build_data, build_model, task_loaders
+    from conftest import load_run_method, loaders_of
 
-    cfg = load_config(smoke_run / "config.yaml")
-    model = build_model(cfg)
-    bench = build_data(cfg, model)
-    learner = HiDeNoRGaLearner(model, bench.task_classes, cfg, torch.device("cpu"))
-    for t in range(3):
-        learner.load_state_dict(RunDir(smoke_run).load_checkpoint(t))
+    cfg, bench, learner = load_run_method(smoke_run)
+    model = learner.model
     calls = []
     model.register_forward_hook(lambda *args: calls.append(1))
-    cache = FeatureCache()
+    cache = learner.new_eval_cache()
+    test = loaders_of(cfg, bench, learner, 1).test
     runs = []
     for _ in range(2):
-        e = evaluate_task(model, learner.tii_head, learner.head, learner.task_prompts, learner.class_to_task, 1,
-                          learner.seen_mask(2), task_loaders(cfg, bench, 1).test, torch.device("cpu"), cache)
+        e = evaluate_task(learner, 1, learner.seen_mask(2), test, torch.device("cpu"), cache)
         runs.append((e.cil_accuracy, e.til_accuracy, e.tii_accuracy, len(calls)))
-    cold = evaluate_task(model, learner.tii_head, learner.head, learner.task_prompts, learner.class_to_task, 1,
-                         learner.seen_mask(2), task_loaders(cfg, bench, 1).test, torch.device("cpu"))
+    cold = evaluate_task(learner, 1, learner.seen_mask(2), test, torch.device("cpu"))
     assert runs[0][:3] == runs[1][:3] == (cold.cil_accuracy, cold.til_accuracy, cold.tii_accuracy)
     assert runs[0][3] > 0 and runs[1][3] == runs[0][3], "the warm evaluation ran the backbone again"

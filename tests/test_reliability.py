@@ -54,7 +54,7 @@ def test_finished_run_answers_at_once_and_rebuilds_lost_metrics(reference, tmp_p
     run = copy_run(reference, tmp_path / "run", 3)
     import norga.continual.runner as runner
 
-    monkeypatch.setattr(runner, "build_model", lambda cfg: pytest.fail("a finished run rebuilt the model"))
+    monkeypatch.setattr(runner, "build_vit", lambda cfg: pytest.fail("a finished run rebuilt the model"))
     status, out, _ = cli(capsys, "train", *train_args(run))
     assert status == 0 and out.startswith("run complete: FA ") and "(3 of 3 tasks)" in out
     monkeypatch.undo()
@@ -80,8 +80,8 @@ def test_metrics_lost_mid_run_resumes_and_completes(reference, tmp_path, capsys)
 def test_lost_config_is_recovered_from_the_checkpoints(reference, tmp_path, capsys):
     run = copy_run(reference, tmp_path / "run", 3)
     (run / "config.yaml").unlink()
-    status, _, err = cli(capsys, "train", *train_args(run, "--set", "wtp.epochs=5"))
-    assert_one_line_error(status, err, "different config (changed: ['wtp.epochs'])")
+    status, _, err = cli(capsys, "train", *train_args(run, "--set", "method.wtp.epochs=5"))
+    assert_one_line_error(status, err, "different config (changed: ['method.wtp.epochs'])")
     assert not (run / "config.yaml").exists()
     status, out, err = cli(capsys, "train", *train_args(run))
     assert status == 0 and out.startswith("run complete"), err[-2000:]
@@ -159,14 +159,14 @@ def test_ctrl_c_stops_with_one_line_and_resumes_identically(reference, tmp_path)
 
 def test_second_process_on_a_folder_is_refused_and_a_killed_owner_leaves_no_stale_lock(tmp_path, capsys):
     out = tmp_path / "run"
-    cmd = [sys.executable, str(REPO / "train.py"), *train_args(out, "--set", "wtp.epochs=50")]
+    cmd = [sys.executable, str(REPO / "train.py"), *train_args(out, "--set", "method.wtp.epochs=50")]
     owner = subprocess.Popen(cmd, env=ENV, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.time() + 300
         while not (out / ".lock").exists() and time.time() < deadline:
             time.sleep(0.05)
         time.sleep(0.2)
-        status, _, err = cli(capsys, "train", *train_args(out, "--set", "wtp.epochs=50"))
+        status, _, err = cli(capsys, "train", *train_args(out, "--set", "method.wtp.epochs=50"))
         assert_one_line_error(status, err, "is in use by another norga process", f"pid {owner.pid}")
     finally:
         owner.kill()
@@ -180,15 +180,15 @@ def test_second_process_on_a_folder_is_refused_and_a_killed_owner_leaves_no_stal
 # ---- numerics, disk ---------------------------------------------------------------------------
 def test_non_finite_loss_names_stage_task_epoch_and_key(tmp_path, capsys):
     out = tmp_path / "run"
-    status, _, err = cli(capsys, "train", *train_args(out, "--set", "tii.lr=1e30"))
-    assert_one_line_error(status, err, "training diverged", "task 0", "epoch", "lower tii.lr")
+    status, _, err = cli(capsys, "train", *train_args(out, "--set", "method.tii.lr=1e30"))
+    assert_one_line_error(status, err, "training diverged", "task 0", "epoch", "lower method.tii.lr")
     assert not (out / "metrics.json").exists() and not list((out / "checkpoints").glob("*.pt"))
 
 
 def test_divergence_in_a_later_task_keeps_earlier_results_without_nan(tmp_path, capsys):
     out = tmp_path / "run"
-    status, _, err = cli(capsys, "train", *train_args(out, "--set", "tii.align_lr=1e37"))  # alignment: tasks >= 1
-    assert_one_line_error(status, err, "training diverged", "stage tii_align, task 1", "lower tii.align_lr")
+    status, _, err = cli(capsys, "train", *train_args(out, "--set", "method.tii.align_lr=1e37"))  # alignment: tasks >= 1
+    assert_one_line_error(status, err, "training diverged", "stage tii_align, task 1", "lower method.tii.align_lr")
     text = (out / "metrics.json").read_text()
     assert json.loads(text)["completed_tasks"] == 1 and "NaN" not in text and "Infinity" not in text
     assert not (out / "checkpoints" / "task_01.pt").exists()

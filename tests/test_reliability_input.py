@@ -49,9 +49,9 @@ def bad_inputs(tmp: Path) -> dict:
                              "--set", "data.classes_per_task=null"]
     rng = np.random.default_rng(1)
     return {
-        "prompt layer out of range": (["--set", "model.prompt_layers=[0, 7]"],
-                                      ["model.prompt_layers [0, 7]", "2 blocks"]),
-        "gate typo": (["--set", "model.gate=norgaa"], ["model.gate: unknown gate 'norgaa'"]),
+        "prompt layer out of range": (["--set", "method.prompt_layers=[0, 7]"],
+                                      ["method.prompt_layers [0, 7]", "2 blocks"]),
+        "gate typo": (["--set", "method.gate.name=norgaa"], ["method.gate.name: unknown gate 'norgaa'"]),
         "yaml syntax": (["--config", str(tmp / "bad.yaml")], ["bad.yaml: invalid YAML at line 3, column 7"]),
         "empty config": (["--config", str(tmp / "empty.yaml")], ["empty.yaml is empty"]),
         "output is a file": (["--output-dir", str(tmp / "a_file")], ["exists and is not a folder"]),

@@ -26,10 +26,13 @@ def make_run(root: Path, name: str, seed: int, FA, CA, FM, BWT, til, tii, gate="
     run = root / name
     run.mkdir(parents=True)
     cfg = config_to_dict(Config())
-    cfg["seed"], cfg["model"]["gate"] = seed, gate
+    cfg["seed"], cfg["method"]["gate"] = seed, {"name": gate}
     for path, value in cfg_changes.items():
-        section, key = path.split("__")
-        cfg[section][key] = value
+        *sections, key = path.split("__")
+        node = cfg
+        for section in sections:
+            node = node[section]
+        node[key] = value
     (run / "config.yaml").write_text(yaml.safe_dump(cfg))
     metrics = {"FA": FA, "CA": CA, "FM": FM, "BWT": BWT, "til_FA": til, "tii_accuracy": tii,
                "completed_tasks": done, "num_tasks": 3, "seed": seed}
@@ -100,19 +103,19 @@ def test_paired_differences_over_common_seeds(runs, tmp_path, capsys):
     assert float(p["FA"]["ci95_high_pct"]) == pytest.approx(22.55931)
     # FM: 10-20 = -10 and 10-10 = 0 -> mean -5, std sqrt(50)
     assert (float(p["FM"]["mean_pct"]), float(p["FM"]["std_pct"])) == pytest.approx((-5.0, 50 ** 0.5))
-    assert "## norga − hide, paired by seed" in text and "model.gate ('norga' vs 'linear')" in text
+    assert "## norga − hide, paired by seed" in text and "method.gate.name ('norga' vs 'linear')" in text
     assert float(rows(out, "group", "hide")["FA"]["mean_pct"]) == pytest.approx((48 + 55 + 99) / 3)
     assert matplotlib.image.imread(out / "comparison.png").ndim == 3
 
 
 def test_incomparable_runs_are_refused_naming_the_keys(runs, tmp_path, capsys):
-    odd = make_run(tmp_path, "norga_s9", 9, 0.5, 0.5, 0.1, -0.1, 0.8, [0.5], wtp__epochs=7, data__num_tasks=5)
+    odd = make_run(tmp_path, "norga_s9", 9, 0.5, 0.5, 0.1, -0.1, 0.8, [0.5], method__wtp__epochs=7, data__num_tasks=5)
     code, text, err = run_main([*runs[0], odd], capsys)
     assert code == 2 and text == ""
-    assert "not comparable" in err and "wtp.epochs" in err and "data.num_tasks" in err
+    assert "not comparable" in err and "method.wtp.epochs" in err and "data.num_tasks" in err
     assert "norga_s9=7" in err and "norga_s1=50" in err  # each run's value
     assert "seed" not in err.split("differ in")[1].split("(pass")[0].replace("the seed", "")
-    code, _, err = run_main([*runs[0], odd, "--ignore", "wtp.epochs", "--ignore", "data"], capsys)
+    code, _, err = run_main([*runs[0], odd, "--ignore", "method.wtp.epochs", "--ignore", "data"], capsys)
     assert code == 0, err
 
 

@@ -11,44 +11,43 @@ from pathlib import Path
 import pytest
 import torch
 
-import norga.continual.evaluate as evaluate_module
-import norga.continual.learner as learner_module
-import norga.continual.stages as stages_module
+import norga.continual.training as training_module
+import norga.methods.hideprompt as hideprompt_module
+from conftest import build_run_parts, loaders_of
 from norga.config import load_config
 from norga.continual.evaluate import evaluate_task
-from norga.continual.heads import masked_logits
-from norga.continual.learner import HiDeNoRGaLearner
-from norga.continual.runner import build_data, build_model, task_loaders
+from norga.continual.heads import class_mask, masked_logits
 from norga.continual.stages import extract_features
 
 REPO = Path(__file__).resolve().parents[1]
 SMOKE = REPO / "configs" / "smoke.yaml"
-FAST = ["tii.epochs=2", "tii.align_epochs=1", "wtp.epochs=1", "tap.epochs=1", "data.num_tasks=3"]
+FAST = ["method.tii.epochs=2", "method.tii.align_epochs=1", "method.wtp.epochs=1", "method.tap.epochs=1", "data.num_tasks=3"]
 
 
 def _setup(overrides=()):
-    cfg = load_config(SMOKE, FAST + list(overrides))
-    model = build_model(cfg)
-    bench = build_data(cfg, model)
-    return cfg, bench, HiDeNoRGaLearner(model, bench.task_classes, cfg, torch.device("cpu"))
+    return build_run_parts(load_config(SMOKE, FAST + list(overrides)))
+
+
+def _seen(learner, task):
+    return class_mask(learner.num_classes, learner.seen_classes(task))
 
 
 @pytest.fixture(scope="module")
 def trained():
     """A learner after tasks 0 and 1, with the alignment calls it made recorded."""
-    calls, original = [], learner_module.align_head
+    calls, original = [], hideprompt_module.align_head
 
     def spy(head, store, *args, **kwargs):
         calls.append((args[8] if len(args) > 8 else kwargs.get("stage"), store))
         return original(head, store, *args, **kwargs)
 
-    learner_module.align_head = spy
+    hideprompt_module.align_head = spy
     try:
         cfg, bench, learner = _setup()
         for t in range(2):
-            learner.learn_task(t, task_loaders(cfg, bench, t))
+            learner.learn_task(t, loaders_of(cfg, bench, learner, t))
     finally:
-        learner_module.align_head = original
+        hideprompt_module.align_head = original
     return cfg, bench, learner, calls
 
 
@@ -60,7 +59,7 @@ def test_tap_aligns_on_instructed_and_tii_on_uninstructed_statistics(trained):
 
 def test_statistics_come_from_unaugmented_images_frozen_and_prompted(trained):
     cfg, bench, learner, _ = trained
-    loader = task_loaders(cfg, bench, 1).train_plain  # test transform
+    loader = loaders_of(cfg, bench, learner, 1).train_plain  # test transform
     frozen, labels = extract_features(learner.model, loader, "cpu")
     prompted, _ = extract_features(learner.model, loader, "cpu", learner.task_prompts[1])
     c = bench.task_classes[1][0]
@@ -78,10 +77,10 @@ def test_wtp_learning_rates_follow_batch_scaling_and_head_scale(monkeypatch):
         seen.append([g["lr"] for g in optimizer.param_groups])
         return optimizer
 
-    monkeypatch.setattr(stages_module.torch.optim, "Adam", recording_adam)
-    cfg, bench, learner = _setup(["scale_lr_by_batch=true", "wtp.lr=0.04", "wtp.batch_size=32",
-                                  "wtp.head_lr_scale=0.25", "tii.cache_features=true"])
-    learner.learn_task(0, task_loaders(cfg, bench, 0))
+    monkeypatch.setattr(torch.optim, "Adam", recording_adam)
+    cfg, bench, learner = _setup(["method.scale_lr_by_batch=true", "method.wtp.lr=0.04", "method.wtp.batch_size=32",
+                                  "method.wtp.head_lr_scale=0.25", "method.tii.cache_features=true"])
+    learner.learn_task(0, loaders_of(cfg, bench, learner, 0))
     wtp_groups = [lrs for lrs in seen if len(lrs) == 2]
     assert wtp_groups == [[pytest.approx(0.04 * 32 / 256), pytest.approx(0.04 * 32 / 256 * 0.25)]]
 
@@ -89,18 +88,26 @@ def test_wtp_learning_rates_follow_batch_scaling_and_head_scale(monkeypatch):
 @pytest.mark.parametrize("form", ["official", "eq56"])
 def test_a_wtp_epoch_on_the_regulariser_alone_lowers_it(monkeypatch, form):
     """With the cross-entropy switched off, WTP's steps must descend the regulariser (catches a flipped sign)."""
-    cfg, bench, learner = _setup([f"wtp.reg_form={form}", "wtp.reg=1.0", "wtp.lr=0.01", "wtp.epochs=2"])
-    learner.learn_task(0, task_loaders(cfg, bench, 0))  # task 0 gives task 1 its prototypes
-    monkeypatch.setattr(stages_module, "masked_cross_entropy", lambda logits, *a, **k: 0.0 * logits.sum())
-    history = []
-    original = stages_module.train_wtp
-
-    def keep_history(*args, **kwargs):
-        history.extend(original(*args, **kwargs))
-
-    monkeypatch.setattr(learner_module, "train_wtp", keep_history)
-    learner.learn_task(1, task_loaders(cfg, bench, 1))
+    cfg, bench, learner = _setup([f"method.wtp.reg_form={form}", "method.wtp.reg=1.0", "method.wtp.lr=0.01", "method.wtp.epochs=2"])
+    learner.learn_task(0, loaders_of(cfg, bench, learner, 0))  # task 0 gives task 1 its prototypes
+    monkeypatch.setattr(training_module, "masked_cross_entropy", lambda logits, *a, **k: 0.0 * logits.sum())
+    learner.learn_task(1, loaders_of(cfg, bench, learner, 1))
+    history = learner.wtp_history
+    assert len(history) == 2 and all(h["ce"] == 0.0 for h in history)
     assert len(history) == 2 and history[1]["reg"] < history[0]["reg"]
+
+
+class AlwaysClass(torch.nn.Module):
+    """A TII head that predicts class ``c`` for every sample (so the task of ``c``)."""
+
+    def __init__(self, c: int, num_classes: int):
+        super().__init__()
+        self.c, self.num_classes = c, num_classes
+
+    def forward(self, feats):
+        logits = torch.zeros(len(feats), self.num_classes)
+        logits[:, self.c] = 1.0
+        return logits
 
 
 def test_class_incremental_prediction_uses_the_tii_predicted_prompt(trained, monkeypatch):
@@ -108,12 +115,11 @@ def test_class_incremental_prediction_uses_the_tii_predicted_prompt(trained, mon
     cfg, bench, learner, _ = trained
     prompts = learner.task_prompts.clone()
     prompts[1] = 10 * torch.randn(prompts[1].shape, generator=torch.Generator().manual_seed(0))
-    monkeypatch.setattr(evaluate_module, "predict_tasks", lambda head, frozen, seen, c2t: torch.ones(
-        len(frozen), dtype=torch.long))
-    loader = task_loaders(cfg, bench, 0).test
-    seen = learner.seen_mask(1)
-    e = evaluate_task(learner.model, learner.tii_head, learner.head, prompts, learner.class_to_task, 0, seen,
-                      loader, torch.device("cpu"))
+    monkeypatch.setattr(learner, "task_prompts", prompts)
+    monkeypatch.setattr(learner, "tii_head", AlwaysClass(bench.task_classes[1][0], learner.num_classes))
+    loader = loaders_of(cfg, bench, learner, 0).test
+    seen = _seen(learner, 1)
+    e = evaluate_task(learner, 0, seen, loader, torch.device("cpu"))
 
     def accuracy(prompt, allowed):
         feats, labels = extract_features(learner.model, loader, "cpu", prompt)
@@ -134,10 +140,12 @@ def test_unmasked_evaluation_lets_unseen_classes_compete(trained):
     unseen = bench.task_classes[2][0]
     with torch.no_grad():
         head.bias[unseen] = 1e4  # an untrained row of a future class that wins every argmax
-    e = evaluate_task(learner.model, learner.tii_head, head, learner.task_prompts, learner.class_to_task, 0,
-                      learner.seen_mask(1), task_loaders(cfg, bench, 0).test, torch.device("cpu"))
+    learner.head, trained_head = head, learner.head
+    try:
+        test = loaders_of(cfg, bench, learner, 0).test
+        e = evaluate_task(learner, 0, _seen(learner, 1), test, torch.device("cpu"))
+        authors = evaluate_task(learner, 0, _seen(learner, 1), test, torch.device("cpu"), mask_unseen=False)
+    finally:
+        learner.head = trained_head
     assert e.cil_unmasked_accuracy == 0.0 and e.cil_accuracy > 0.5
-    authors = evaluate_task(learner.model, learner.tii_head, head, learner.task_prompts, learner.class_to_task,
-                              0, learner.seen_mask(1), task_loaders(cfg, bench, 0).test, torch.device("cpu"),
-                              mask_unseen=False)
     assert authors.cil_accuracy == 0.0

@@ -6,6 +6,7 @@ is what ``eval.py`` calls. A run resumes after its last completed task.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import platform
 import time
@@ -19,18 +20,19 @@ import torchvision
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from ..config import Config, ConfigError, config_to_dict, from_dict
+from ..config import MOVED_KEYS, Config, ConfigError, config_to_dict, from_dict
 from ..data import build_benchmark
 from ..errors import RunError
-from ..fidelity import fidelity_report
+from ..methods import build_method, method_class
+from ..methods.base import Method, TaskLoaders
 from ..metrics import empty_matrix, summarize
-from ..models import PromptedViT
 from ..models.backbone import BACKBONE_PRESETS, backbone_data_config, build_backbone, hub_weights_status
 from ..plots import write_run_plots
 from .epochlog import epoch_log, progress_line
-from .evaluate import FeatureCache, evaluate_task
-from .learner import HiDeNoRGaLearner, TaskLoaders, seed_everything, task_generator
+from .evaluate import evaluate_task
+from .heads import class_mask
 from .rundir import RunDir, code_version
+from .seeding import seed_everything, task_generator
 from .runstate import (attach_evaluation, chance_warning, check_finite, finished_metrics, open_run,
                        saved_evaluation, task_context, write_results)
 
@@ -47,22 +49,25 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def build_model(cfg: Config) -> PromptedViT:
-    """Backbone + prefix attention; seeded, so random-init backbones are identical across resumes."""
+def resolve_config(cfg: Config) -> Config:
+    """``cfg`` with the defaults only the method knows filled in (e.g. its gate's options): what config.yaml holds."""
+    return dataclasses.replace(cfg, method=method_class(cfg.method.name).resolve_config(cfg.method))
+
+
+def build_vit(cfg: Config) -> torch.nn.Module:
+    """The timm backbone; seeded, so random-init backbones are identical across resumes."""
     seed_everything(cfg.seed)
     m = cfg.model
     kwargs = dict(m.timm_kwargs)
     if cfg.data.image_size is not None:
         kwargs["img_size"] = cfg.data.image_size
-    vit = build_backbone(preset=m.preset, model_name=m.name, checkpoint=m.checkpoint, pretrained=m.pretrained,
-                         **kwargs)
-    options = {"activation": m.activation} if m.gate == "norga" else {}
-    return PromptedViT(vit, prompt_layers=m.prompt_layers, gate=m.gate, **options)
+    return build_backbone(preset=m.preset, model_name=m.name, checkpoint=m.checkpoint, pretrained=m.pretrained,
+                          **kwargs)
 
 
-def build_data(cfg: Config, model: PromptedViT):
+def build_data(cfg: Config, vit: torch.nn.Module):
     d = cfg.data
-    data_cfg = backbone_data_config(model.vit)
+    data_cfg = backbone_data_config(vit)
     image_size = d.image_size or int(data_cfg["input_size"][-1])
     return build_benchmark(
         d.name, d.root, d.num_tasks, classes_per_task=d.classes_per_task, first_task_classes=d.first_task_classes,
@@ -73,14 +78,21 @@ def build_data(cfg: Config, model: PromptedViT):
     )
 
 
-def task_loaders(cfg: Config, bench, task: int) -> TaskLoaders:
-    workers = cfg.data.num_workers
-    common = dict(num_workers=workers, pin_memory=torch.cuda.is_available(), persistent_workers=False)
-    train = DataLoader(bench.train_set(task), batch_size=cfg.wtp.batch_size, shuffle=True, drop_last=False,
+def _loader_options(cfg: Config) -> dict:
+    return dict(num_workers=cfg.data.num_workers, pin_memory=torch.cuda.is_available(), persistent_workers=False)
+
+
+def task_loaders(cfg: Config, bench, task: int, train_batch_size: int) -> TaskLoaders:
+    """Augmented train (shuffled by a (seed, task) generator), un-augmented train and test loaders of ``task``."""
+    common = _loader_options(cfg)
+    train = DataLoader(bench.train_set(task), batch_size=train_batch_size, shuffle=True, drop_last=False,
                        generator=task_generator(cfg.seed, task, 0), **common)
     plain = DataLoader(bench.train_set(task, train_transform=False), batch_size=cfg.eval_batch_size, **common)
-    test = DataLoader(bench.test_set(task), batch_size=cfg.eval_batch_size, **common)
-    return TaskLoaders(train, plain, test)
+    return TaskLoaders(train, plain, test_loader(cfg, bench, task))
+
+
+def test_loader(cfg: Config, bench, task: int) -> DataLoader:
+    return DataLoader(bench.test_set(task), batch_size=cfg.eval_batch_size, **_loader_options(cfg))
 
 
 def checkpoint_id(path: Optional[str]) -> Optional[str]:
@@ -95,34 +107,37 @@ def checkpoint_id(path: Optional[str]) -> Optional[str]:
 
 
 def dry_run(cfg: Config) -> str:
-    """Validate config, data and checkpoint; return the task split summary. Trains nothing.
+    """Validate config, data, checkpoint and method; return the task split summary. Trains nothing.
 
     Data is checked first with the architecture only (no weights), so a missing
     data folder is reported without downloading anything; then a local
     checkpoint is loaded strictly. Hub weights (``pretrained: true``) are not
-    downloaded by a dry run. The fidelity report (which of the authors'
-    behaviours the config selects) is printed first, so it shows even when the
+    downloaded by a dry run. The method config's report (e.g. which of the
+    authors' behaviours it selects) is printed first, so it shows even when the
     data or the weights are missing.
     """
-    print(fidelity_report(cfg), flush=True)
+    report = cfg.method.report(cfg)
+    if report:
+        print(report, flush=True)
+    cfg = resolve_config(cfg)
     m = cfg.model
     arch_only = copy.deepcopy(cfg)
     arch_only.model.pretrained, arch_only.model.checkpoint = False, None
-    model = build_model(arch_only)
-    bench = build_data(cfg, model)
+    vit = build_vit(arch_only)
+    bench = build_data(cfg, vit)
+    method = build_method(arch_only, vit, bench.task_classes, torch.device("cpu"))  # checks the method's options
     if m.checkpoint:
-        build_model(cfg)  # raises a CheckpointError naming missing/unexpected keys
+        build_vit(cfg)  # raises a CheckpointError naming missing/unexpected keys
         weights = f"local file {m.checkpoint} (loaded strictly: OK)"
     else:
         # offline-safe: WeightsUnavailable unless the hub weights are cached; then they are loaded strictly
         weights = hub_weights_status(m.name or BACKBONE_PRESETS[m.preset].model_name) if m.pretrained else "random init"
         if m.pretrained:
-            build_model(cfg)
+            build_vit(cfg)
             weights += " (loaded strictly: OK)"
-    params = sum(p.numel() for p in model.vit.parameters()) / 1e6
-    gate = m.gate + (f"/{m.activation}" if m.gate == "norga" else "")
+    params = sum(p.numel() for p in vit.parameters()) / 1e6
     head = (f"backbone: {m.name or m.preset} ({params:.1f} M params), weights: {weights}\n"
-            f"gate: {gate}, prompt length {m.prompt_length} on blocks {list(m.prompt_layers)}")
+            f"{method.summary()}")
     return head + "\n" + bench.summary()
 
 
@@ -132,6 +147,10 @@ def _check_run_config(cfg: Config, run: RunDir, done: int, force: bool) -> None:
     previous = run.read_config()
     if previous is None and done > 0:  # config.yaml lost: each checkpoint carries the config that made it
         previous = run.load_checkpoint(0).get("config")
+    old_layout = sorted(k for k in previous or {} if k in MOVED_KEYS)
+    if old_layout and done > 0:
+        raise RunError(f"{run.root} holds a run of norga 0.1 (old config layout: {old_layout} at the top level); "
+                       "this version cannot continue it: finish it with norga 0.1, or use a new --output-dir")
     if previous is not None and previous != resolved and done > 0 and not force:
         changed = sorted(_diff_keys(previous, resolved))
         raise RunConfigMismatch(
@@ -151,12 +170,25 @@ def _diff_keys(a: dict, b: dict, prefix: str = "") -> list:
     return keys
 
 
-def evaluate_seen_tasks(learner: HiDeNoRGaLearner, cfg: Config, bench, task: int, cache: FeatureCache) -> list:
-    """Evaluate every task <= ``task``; ``cache`` reuses test features across calls (see evaluate.py)."""
-    return [evaluate_task(learner.model, learner.tii_head, learner.head, learner.task_prompts,
-                          learner.class_to_task, i, learner.seen_mask(task), task_loaders(cfg, bench, i).test,
-                          learner.device, cache, cfg.eval_mask_unseen)
-            for i in tqdm(range(task + 1), desc="evaluation", leave=False)]
+class Evaluator:
+    """Evaluates a method on every test task seen so far; test loaders and the method's cache live for the run."""
+
+    def __init__(self, cfg: Config, bench, method: Method):
+        self.cfg, self.bench, self.method = cfg, bench, method
+        self.cache = method.new_eval_cache()
+        self.loaders: dict = {}
+
+    def loader(self, task: int) -> DataLoader:
+        if task not in self.loaders:
+            self.loaders[task] = test_loader(self.cfg, self.bench, task)
+        return self.loaders[task]
+
+    def seen_tasks(self, task: int) -> list:
+        """Evaluations of tasks 0..``task`` after learning ``task``."""
+        seen = class_mask(self.method.num_classes, self.method.seen_classes(task), self.method.device)
+        return [evaluate_task(self.method, i, seen, self.loader(i), self.method.device, self.cache,
+                              self.cfg.eval_mask_unseen)
+                for i in tqdm(range(task + 1), desc="evaluation", leave=False)]
 
 
 def run_training(cfg: Config, output_dir: Path, force: bool = False) -> dict:
@@ -166,6 +198,7 @@ def run_training(cfg: Config, output_dir: Path, force: bool = False) -> dict:
     intact; a finished run returns its metrics at once. Model and data are built (and
     so checked) before anything is written into the folder.
     """
+    cfg = resolve_config(cfg)
     run = RunDir(output_dir)
     with open_run(run, cfg.data.num_tasks) as state:
         _check_run_config(cfg, run, state.done, force)
@@ -175,31 +208,31 @@ def run_training(cfg: Config, output_dir: Path, force: bool = False) -> dict:
                 run.write_config(config_to_dict(cfg))
             return finished
         device = resolve_device(cfg.device)
-        model = build_model(cfg)
-        bench = build_data(cfg, model)
+        vit = build_vit(cfg)
+        bench = build_data(cfg, vit)
+        method = build_method(cfg, vit, bench.task_classes, device)
         run.write_config(config_to_dict(cfg))
         log = run.logger()
         for note in state.notes:
             log.warning(f"warning: {note}")
-        learner = HiDeNoRGaLearner(model, bench.task_classes, cfg, device)
-        tracker = MetricsTracker(cfg, bench, learner, None)
-        done = _resume(run, learner, tracker, state.done, log)
+        tracker = MetricsTracker(cfg, bench, method, None)
+        done = _resume(run, method, tracker, state.done, log)
         if not done:
-            log.info(f"new run in {run.root}\n{bench.summary()}")
-        cache = FeatureCache()
+            log.info(f"new run in {run.root}\n{method.summary()}\n{bench.summary()}")
+        evaluator = Evaluator(cfg, bench, method)
         with epoch_log(run.root, tensorboard=cfg.logging.tensorboard, completed_tasks=done):
             for t in range(done, bench.num_tasks):
-                _train_task(t, cfg, bench, learner, tracker, run, cache, log)
+                _train_task(t, cfg, bench, method, tracker, run, evaluator, log)
                 log.info(progress_line(tracker.times, bench.num_tasks))
                 write_run_plots(run.root, tracker.metrics(), log)  # never raises: a failed plot is a warning
         return tracker.metrics()
 
 
-def _resume(run: RunDir, learner: HiDeNoRGaLearner, tracker: "MetricsTracker", done: int, log) -> int:
+def _resume(run: RunDir, method: Method, tracker: "MetricsTracker", done: int, log) -> int:
     """Load the intact checkpoints 0..done-1 and rebuild metrics.json / acc_matrix.csv from their evaluation rows."""
     for t in range(done):
         saved = run.load_checkpoint(t)
-        learner.load_state_dict(saved)
+        method.load_state_dict(method_state(saved, method, run))
         tracker.record(t, *saved_evaluation(saved))
     if done:
         write_results(run, tracker)  # restores them if lost, e.g. killed between checkpoint and metrics
@@ -210,15 +243,24 @@ def _resume(run: RunDir, learner: HiDeNoRGaLearner, tracker: "MetricsTracker", d
     return done
 
 
-def _train_task(t: int, cfg: Config, bench, learner: HiDeNoRGaLearner, tracker: "MetricsTracker", run: RunDir,
-                cache: FeatureCache, log) -> None:
+def method_state(saved: dict, method: Method, run: RunDir) -> dict:
+    """The method's part of a checkpoint, refusing one written by another method or an older norga."""
+    if saved.get("method_name") != method.name or not isinstance(saved.get("method"), dict):
+        found = saved.get("method_name") or "an older norga version (0.1 layout)"
+        raise RunError(f"{run.root}: checkpoint of task {saved.get('task')} was written by {found}, not by method "
+                       f"{method.name!r} of this norga version; use a new --output-dir")
+    return saved["method"]
+
+
+def _train_task(t: int, cfg: Config, bench, method: Method, tracker: "MetricsTracker", run: RunDir,
+                evaluator: Evaluator, log) -> None:
     """Learn and evaluate task t; checkpoint (with its evaluation row), then metrics, then the log line."""
     start = time.time()
     with task_context(t):
-        learner.learn_task(t, task_loaders(cfg, bench, t))
-    evaluation = evaluate_seen_tasks(learner, cfg, bench, t, cache)
+        method.learn_task(t, task_loaders(cfg, bench, t, method.train_batch_size))
+    evaluation = evaluator.seen_tasks(t)
     seconds = time.time() - start
-    state = learner.state_dict(t)
+    state = {"task": t, "method_name": cfg.method.name, "method": method.state_dict(t)}
     check_finite(state, t)
     tracker.record(t, evaluation, seconds)
     run.save_checkpoint(t, attach_evaluation(state, evaluation, seconds, config_to_dict(cfg)))
@@ -232,14 +274,14 @@ def _train_task(t: int, cfg: Config, bench, learner: HiDeNoRGaLearner, tracker: 
 class MetricsTracker:
     """Accuracy matrices (CIL, TIL, TII) and per-task times -> metrics.json content."""
 
-    def __init__(self, cfg: Config, bench, learner: HiDeNoRGaLearner, previous: Optional[dict]):
+    def __init__(self, cfg: Config, bench, method: Method, previous: Optional[dict]):
         T = bench.num_tasks
-        self.cfg, self.bench, self.learner = cfg, bench, learner
+        self.cfg, self.bench, self.method = cfg, bench, method
         prev = previous or {}
         self.cil = prev.get("acc_matrix", empty_matrix(T))
         self.til = prev.get("til_acc_matrix", empty_matrix(T))
         self.cil_unmasked = prev.get("official", {}).get("acc_matrix", empty_matrix(T))
-        self.tii = prev.get("tii_acc_matrix", empty_matrix(T))
+        self.tii = prev.get("tii_acc_matrix") or empty_matrix(T)
         self.tii_confusion = prev.get("tii_confusion")  # after the last task: [true task][predicted task] counts
         self.times = prev.get("task_seconds", [])
         self.done = prev.get("completed_tasks", 0)
@@ -248,7 +290,8 @@ class MetricsTracker:
         for i, e in enumerate(evaluation):
             self.cil[i][task], self.til[i][task], self.tii[i][task] = e.cil_accuracy, e.til_accuracy, e.tii_accuracy
             self.cil_unmasked[i][task] = e.cil_unmasked_accuracy
-        self.tii_confusion = [list(e.tii_predicted) for e in evaluation]
+        inferred = all(e.tii_accuracy is not None for e in evaluation)  # methods without task inference: None
+        self.tii_confusion = [list(e.tii_predicted) for e in evaluation] if inferred else None
         self.times = self.times[:task] + [seconds]
         self.done = task + 1
 
@@ -272,8 +315,7 @@ class MetricsTracker:
             "til_FA": til.get("FA"),
             "official": self._official(),
             "til_acc_matrix": self.til,
-            "tii_accuracy": [self.tii[i][self.done - 1] for i in range(self.done)],
-            "tii_acc_matrix": self.tii,
+            **self._task_identity(),
             "tii_confusion": self.tii_confusion,
             "completed_tasks": self.done,
             "num_tasks": self.bench.num_tasks,
@@ -284,19 +326,26 @@ class MetricsTracker:
             "data": self.bench.info(),
             "backbone": {"preset": m.preset, "name": m.name, "checkpoint": m.checkpoint,
                          "checkpoint_sha256_16": checkpoint_id(m.checkpoint), "pretrained": m.pretrained},
-            "gate": {"name": m.gate, "activation": m.activation if m.gate == "norga" else None,
-                     **self.learner.gate_values()},
+            "method": self.method.describe(),
             "norga": code_version(),  # version and git commit of the code that produced the run
             "versions": {"python": platform.python_version(), "torch": torch.__version__,
                          "timm": timm.__version__, "torchvision": torchvision.__version__,
                          "numpy": numpy.__version__},
         }
 
+    def _task_identity(self) -> dict:
+        """TII accuracies (after the last task, and the matrix); None for a method that infers no task id."""
+        final = [self.tii[i][self.done - 1] for i in range(self.done)]
+        if None in final:
+            return {"tii_accuracy": None, "tii_acc_matrix": None}
+        return {"tii_accuracy": final, "tii_acc_matrix": self.tii}
+
     def summary_line(self, t: int) -> str:
         s = summarize(self._block(self.cil))
-        tii = sum(self.tii[i][t] for i in range(t + 1)) / (t + 1)
+        tii = [self.tii[i][t] for i in range(t + 1)]
+        tii_text = f", TII acc {sum(tii) / len(tii):.4f}" if None not in tii else ""
         return (f"task {t} done ({t + 1} of {self.bench.num_tasks}): acc on this task {self.cil[t][t]:.4f}, "
-                f"running FA {s['FA']:.4f}, TII acc {tii:.4f}, time {self.times[t]:.1f}s")
+                f"running FA {s['FA']:.4f}{tii_text}, time {self.times[t]:.1f}s")
 
 
 def load_run_config(run_dir: Path) -> Config:
@@ -329,15 +378,15 @@ def evaluate_run(run_dir: Path) -> dict:
     if state.done == 0:
         raise RunError(f"{run_dir} has no completed task checkpoint yet")
     device = resolve_device(cfg.device)
-    model = build_model(cfg)
-    bench = build_data(cfg, model)
-    learner = HiDeNoRGaLearner(model, bench.task_classes, cfg, device)
-    tracker = MetricsTracker(cfg, bench, learner, None)
-    cache = FeatureCache()
+    vit = build_vit(cfg)
+    bench = build_data(cfg, vit)
+    method = build_method(cfg, vit, bench.task_classes, device)
+    tracker = MetricsTracker(cfg, bench, method, None)
+    evaluator = Evaluator(cfg, bench, method)
     for t in range(state.done):
         start = time.time()
-        learner.load_state_dict(run.load_checkpoint(t), with_stats=False)
-        evaluation = evaluate_seen_tasks(learner, cfg, bench, t, cache)
+        method.load_state_dict(method_state(run.load_checkpoint(t), method, run), with_training_state=False)
+        evaluation = evaluator.seen_tasks(t)
         tracker.record(t, evaluation, time.time() - start)
     metrics = tracker.metrics()
     metrics["eval_seconds"] = metrics.pop("task_seconds")

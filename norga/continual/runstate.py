@@ -90,7 +90,7 @@ def check_finite(state: dict, task: int) -> None:
     for name, tensor in _tensors({k: v for k, v in state.items() if k != "rng"}):
         if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
             raise NorgaError(f"training diverged in task {task}: {name} holds NaN or inf after training; lower the "
-                             "learning rates (wtp.lr, tii.lr, tap.lr); the task was not saved, earlier tasks are kept")
+                             "learning rates (method.*.lr); the task was not saved, earlier tasks are kept")
 
 
 def chance_warning(task: int, evaluation: TaskEvaluation, num_classes: int) -> Optional[str]:
@@ -102,7 +102,7 @@ def chance_warning(task: int, evaluation: TaskEvaluation, num_classes: int) -> O
     if not math.isfinite(accuracy) or accuracy <= chance + 0.1 * (1 - chance):
         return (f"warning: task {task} is at chance level: accuracy {accuracy:.3f} with the true task id, chance "
                 f"{chance:.3f} for {num_classes} classes; training may have diverged (learning rates too high? "
-                "wtp.lr, tii.lr, tap.lr) or the data carry no signal")
+                "method.*.lr) or the data carry no signal")
     return None
 
 
@@ -116,14 +116,14 @@ def task_context(task: int) -> Iterator[None]:
         raise
     except torch.linalg.LinAlgError as err:  # Cholesky of a class covariance built from NaN/inf/degenerate features
         raise NorgaError(f"training diverged in task {task}: a class covariance of the Gaussian statistics is not "
-                         "positive-definite (the features are non-finite or degenerate); lower wtp.lr, or raise "
-                         "stats.ridge; earlier tasks are kept") from err
+                         "positive-definite (the features are non-finite or degenerate); lower the learning "
+                         "rates (method.*.lr), or raise method.stats.ridge; earlier tasks are kept") from err
     except RuntimeError as err:  # e.g. an optimiser step with lr ~ 1e38: "cannot be converted ... without overflow"
         if "overflow" not in str(err):
             raise
         raise NorgaError(f"training diverged in task {task}: a value overflowed float32 in an optimiser step "
-                         f"({str(err).strip().splitlines()[0]}); lower the learning rates (tii.lr, tii.align_lr, "
-                         "wtp.lr, tap.lr); earlier tasks are kept") from err
+                         f"({str(err).strip().splitlines()[0]}); lower the learning rates "
+                         "(method.*.lr); earlier tasks are kept") from err
 
 
 def write_results(run: RunDir, tracker) -> None:

@@ -1,7 +1,7 @@
 """Per-epoch learning-rate schedules, as a pure function of the epoch index.
 
 ``lr_factor(epoch, ...)`` is the multiplier of the base lr used **during**
-0-based epoch ``epoch``. Two stepping conventions (``wtp.schedule_stepping``):
+0-based epoch ``epoch``. Two stepping conventions (``method.wtp.schedule_stepping``):
 
 * ``torch`` — the schedule value of the epoch itself: f(epoch). A step
   "at epoch 30" (``milestones: [30]``) applies from 0-based epoch 30 on.

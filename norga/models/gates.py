@@ -9,19 +9,27 @@ key to its gated score. Image-token scores never pass through a gate.
   learnable scalars ``alpha`` and ``tau`` (one pair per prompted layer).
 
 Gates are looked up by name in :data:`GATES`; a new gate is one small class
-decorated with :func:`register_gate`. Every gate exposes :meth:`Gate.extra`,
-the *additive* term it puts on top of the linear score; the fast attention
-path folds exactly this term into scaled-dot-product attention.
+decorated with :func:`register_gate`, and it owns everything about itself:
+
+* :meth:`Gate.extra` — the *additive* term it puts on top of the linear score
+  (the fast attention path folds exactly this term into scaled-dot-product attention);
+* ``Options`` — a dataclass of its config options (``method.gate: {name: ..., <options>}``),
+  validated with the config machinery, errors naming ``method.gate.<key>``;
+* :meth:`Gate.trains_on` — on which tasks its parameters train (NoRGa: the first only);
+* :meth:`Gate.report` — the values it reports per layer (NoRGa: alpha, tau) for
+  ``metrics.json`` and the epoch log.
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, Type
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Mapping, Type
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..config import ConfigError
+from ..config import ConfigError, _f, from_dict
 
 ACTIVATIONS: Dict[str, Callable[[Tensor], Tensor]] = {
     "tanh": torch.tanh,
@@ -45,11 +53,25 @@ def register_gate(name: str):
     return wrap
 
 
+@dataclass
+class NoOptions:
+    """A gate without options."""
+
+
 class Gate(nn.Module):
     """Base class. ``forward(s) = s + extra(s)`` elementwise, any shape."""
 
     name = "base"
     is_linear = False
+    Options: type = NoOptions
+
+    def trains_on(self, task: int) -> bool:
+        """Whether the gate's parameters train during ``task`` (0-based); default: every task."""
+        return True
+
+    def report(self) -> Dict[str, float]:
+        """Named scalar values of this gate (one prompted layer), e.g. ``{"alpha": .., "tau": ..}``."""
+        return {}
 
     def extra(self, scores: Tensor) -> Tensor:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -75,16 +97,18 @@ class LinearGate(Gate):
 
     is_linear = True
 
-    def __init__(self, **unused):
-        super().__init__()
-        if unused:
-            raise TypeError(
-                f"gate 'linear' takes no options, got {sorted(unused)}; "
-                "remove them or use gate 'norga'"
-            )
+    def trains_on(self, task: int) -> bool:
+        return False  # nothing to train
 
     def extra(self, scores: Tensor) -> Tensor:
         return torch.zeros_like(scores)
+
+
+@dataclass
+class NoRGaOptions:
+    activation: str = _f("tanh", choices=tuple(ACTIVATIONS))  # sigma of eq. 12
+    alpha_init: float = _f(1.0)  # authors' code: 1.0
+    tau_init: float = _f(1.0)  # authors' code: 1.0
 
 
 @register_gate("norga")
@@ -92,15 +116,17 @@ class NoRGaGate(Gate):
     """Non-linear residual gate: ``s -> s + alpha * act(tau * s)`` (paper eq. 12).
 
     ``alpha`` and ``tau`` are learnable 0-d parameters initialised to
-    ``alpha_init`` / ``tau_init`` (1.0 as in the authors' code).
+    ``alpha_init`` / ``tau_init`` (1.0 as in the authors' code). They train on
+    the first task only and are frozen afterwards (paper Appendix D, authors' code).
     """
+
+    Options = NoRGaOptions
 
     def __init__(self, activation: str = "tanh", alpha_init: float = 1.0, tau_init: float = 1.0):
         super().__init__()
         if activation not in ACTIVATIONS:
-            raise ConfigError(
-                f"model.activation: unknown NoRGa activation {activation!r}; choose one of {sorted(ACTIVATIONS)}"
-            )
+            raise ConfigError(f"method.gate.activation: unknown NoRGa activation {activation!r}; choose one of "
+                              f"{sorted(ACTIVATIONS)}")
         self.activation = activation
         self.act = ACTIVATIONS[activation]
         self.alpha = nn.Parameter(torch.tensor(float(alpha_init)))
@@ -109,15 +135,40 @@ class NoRGaGate(Gate):
     def extra(self, scores: Tensor) -> Tensor:
         return self.alpha * self.act(self.tau * scores)
 
+    def trains_on(self, task: int) -> bool:
+        return task == 0
+
+    def report(self) -> Dict[str, float]:
+        return {"alpha": float(self.alpha.detach()), "tau": float(self.tau.detach())}
+
     def extra_repr(self) -> str:
         return f"activation={self.activation}"
+
+
+def gate_options(name: str, options: Mapping[str, Any], key: str = "method.gate") -> Dict[str, Any]:
+    """Validated options of gate ``name`` with every default filled in (errors name ``key.<option>``)."""
+    if name not in GATES:
+        raise ConfigError(f"{key}.name: unknown gate {name!r}; choose one of {sorted(GATES)}")
+    cls = GATES[name]
+    try:
+        return dataclasses.asdict(from_dict(cls.Options, dict(options), key))
+    except ConfigError as err:
+        if "unknown key" not in str(err):
+            raise
+        allowed = [f.name for f in dataclasses.fields(cls.Options)]
+        raise ConfigError(f"{err} (gate {name!r} takes {allowed or 'no options'}; to switch gates replace the whole "
+                          f"section, e.g. --set '{key}={{name: {name}}}')") from None
+
+
+def resolve_gate_spec(spec: Mapping[str, Any], key: str = "method.gate") -> Dict[str, Any]:
+    """``{name: ..., options...}`` -> the same with every option's value (defaults filled in), validated."""
+    options = {k: v for k, v in spec.items() if k != "name"}
+    return {"name": spec["name"], **gate_options(spec["name"], options, key)}
 
 
 def build_gate(name: str, **options) -> Gate:
     """Create a gate by registry name, e.g. ``build_gate("norga", activation="gelu")``.
 
-    An unknown name or activation raises :class:`norga.config.ConfigError` (a ValueError) naming the config key.
+    An unknown name or option raises :class:`norga.config.ConfigError` (a ValueError) naming the config key.
     """
-    if name not in GATES:
-        raise ConfigError(f"model.gate: unknown gate {name!r}; choose one of {sorted(GATES)}")
-    return GATES[name](**options)
+    return GATES[name](**gate_options(name, options)) if name in GATES else gate_options(name, options)

@@ -62,7 +62,7 @@ class PromptedViT(nn.Module):
         bad = [i for i in layers if not 0 <= i < depth]
         if bad or len(set(layers)) != len(layers):
             raise ConfigError(
-                f"model.prompt_layers {list(layers)} must be distinct block indices in [0, {depth - 1}]: "
+                f"method.prompt_layers {list(layers)} must be distinct block indices in [0, {depth - 1}]: "
                 f"this backbone has {depth} blocks"
             )
         self.vit = vit

@@ -1,0 +1,152 @@
+"""The shared training loop: optimise parameter groups on batches with named, pluggable loss terms.
+
+Every stage of every method is one :func:`run_stage` call::
+
+    stage = Stage("wtp", task, epochs, optimizer, scheduler, clip=1.0, clip_params=params,
+                  train_modules=[model, head], describe=gate_values)
+    history = run_stage(stage, batches=lambda epoch: loader, forward=forward,
+                        terms={"ce": cross_entropy_term(allowed), "reg": my_regulariser})
+
+``forward(batch)`` returns the step's named tensors (e.g. ``features`` (B, D),
+``logits`` (B, C), ``labels`` (B,)); each loss term maps them to a scalar, and
+the loss is their sum in the given order. A term is any callable, so a method
+adds its own (L2P's surrogate key loss, CODA's orthogonality penalty) without
+touching the loop. Every epoch is one line of the run's epoch log (loss, each
+term when there are several, lr per parameter group, steps), and a non-finite
+loss stops the run naming stage, task and epoch.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from tqdm.auto import tqdm
+
+from ..errors import NonFiniteLoss
+from .epochlog import log_epoch
+
+Outputs = Dict[str, Tensor]
+LossTerm = Callable[[Outputs], Tensor]
+
+
+class EpochMeter:
+    """Loss terms of one epoch of one stage: summed per step, reported as means with the lr.
+
+    ``stage`` names the epoch-log lines (``tii``, ``tii_align``, ``wtp``, ``tap``, ``head``
+    for HiDe-Prompt; see :mod:`norga.continual.epochlog`); ``task`` and ``epoch`` 0-based.
+    """
+
+    def __init__(self, stage: str, task: int, epoch: int, lr_key: Optional[str] = None):
+        self.stage, self.task, self.epoch, self.lr_key = stage, task, epoch, lr_key
+        self.sums: Dict[str, float] = {}
+        self.steps = 0
+
+    def step(self, optimizer, loss: Tensor, params: Optional[list] = None, clip: Optional[float] = None,
+             **terms: Tensor) -> None:
+        """One optimiser step on ``loss``; ``terms`` (e.g. ce, reg) are logged beside it."""
+        value = float(loss.detach())
+        if not math.isfinite(value):
+            raise NonFiniteLoss(value, self.stage, self.epoch, self.task, self.lr_key)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if clip is not None and params:
+            torch.nn.utils.clip_grad_norm_(params, clip)
+        optimizer.step()
+        for name, term in (("loss", value), *((k, float(v.detach())) for k, v in terms.items())):
+            self.sums[name] = self.sums.get(name, 0.0) + term
+        self.steps += 1
+
+    def means(self) -> Dict[str, float]:
+        return {k: v / max(self.steps, 1) for k, v in self.sums.items()}
+
+    def report(self, optimizer, **extra) -> Dict[str, float]:
+        """Write the epoch's line to the run's epoch log (a no-op when none is open); returns the means."""
+        means = self.means()
+        log_epoch(stage=self.stage, task=self.task, epoch=self.epoch, lr=[g["lr"] for g in optimizer.param_groups],
+                  steps=self.steps, **means, **extra)
+        return means
+
+
+@dataclass
+class Stage:
+    """What one stage optimises and how: ``epochs`` passes of ``optimizer`` (``scheduler.step()`` after each),
+    gradient-norm clipping of ``clip_params`` at ``clip``, ``train_modules`` put in train mode at each epoch's
+    start, ``describe()`` added to every epoch-log line (e.g. a gate's alpha/tau); ``lr_key`` (e.g.
+    ``method.wtp.lr``) is the config key a divergence error tells the user to lower."""
+
+    name: str
+    task: int
+    epochs: int
+    optimizer: torch.optim.Optimizer
+    scheduler: Optional[object] = None
+    clip: Optional[float] = None
+    clip_params: Sequence[Tensor] = ()
+    train_modules: Sequence[nn.Module] = ()
+    describe: Optional[Callable[[], dict]] = None
+    lr_key: Optional[str] = None  # config key of the stage's lr, named when its loss diverges
+    progress: str = field(default="")  # progress-bar label (default: the stage name in capitals)
+
+
+def run_stage(stage: Stage, batches: Callable[[int], Iterable], forward: Callable[[object], Outputs],
+              terms: Dict[str, LossTerm]) -> List[Dict[str, float]]:
+    """Train ``stage``; ``batches(epoch)`` yields the epoch's batches, ``forward(batch)`` their named outputs.
+
+    Returns the per-epoch means of ``loss`` (and of every term when there are several).
+    """
+    if not terms:
+        raise ValueError(f"stage {stage.name}: no loss terms")
+    history = []
+    for epoch in tqdm(range(stage.epochs), desc=stage.progress or stage.name.upper(), leave=False):
+        meter = EpochMeter(stage.name, stage.task, epoch, stage.lr_key)
+        for module in stage.train_modules:
+            module.train()
+        for batch in batches(epoch):
+            outputs = forward(batch)
+            values = {name: term(outputs) for name, term in terms.items()}
+            loss = total(values.values())
+            meter.step(stage.optimizer, loss, list(stage.clip_params), stage.clip,
+                       **(values if len(values) > 1 else {}))
+        history.append(meter.report(stage.optimizer, **(stage.describe() if stage.describe else {})))
+        if stage.scheduler is not None:
+            stage.scheduler.step()
+    return history
+
+
+def total(values: Iterable[Tensor]) -> Tensor:
+    """Sum of loss terms in order (left to right)."""
+    values = iter(values)
+    result = next(values)
+    for value in values:
+        result = result + value
+    return result
+
+
+def cross_entropy_term(allowed: Tensor, label_smoothing: float = 0.0) -> LossTerm:
+    """Loss term: masked cross-entropy of ``outputs["logits"]`` against ``outputs["labels"]`` over ``allowed``."""
+    return lambda out: masked_cross_entropy(out["logits"], out["labels"], allowed, label_smoothing)
+
+
+def masked_cross_entropy(logits: Tensor, labels: Tensor, allowed: Tensor, label_smoothing: float = 0.0) -> Tensor:
+    """Cross-entropy over the ``allowed`` classes only (bool (C,)); other logits are dropped.
+
+    Equivalent to masking them with -inf, but finite with label smoothing.
+    """
+    position = torch.cumsum(allowed.long(), 0) - 1  # class id -> column among allowed classes
+    if not allowed[labels].all():
+        raise ValueError("a label lies outside the allowed classes")
+    return F.cross_entropy(logits[:, allowed], position[labels], label_smoothing=label_smoothing)
+
+
+def shuffled_batches(feats: Tensor, labels: Tensor, batch_size: int, generator: torch.Generator,
+                     max_batches: Optional[int] = None) -> Iterator[tuple]:
+    """(features, labels) batches of a random permutation drawn from ``generator``; at most ``max_batches``."""
+    order = torch.randperm(len(labels), generator=generator)
+    for i, start in enumerate(range(0, len(order), batch_size)):
+        if max_batches is not None and i >= max_batches:
+            return
+        idx = order[start : start + batch_size]
+        yield feats[idx], labels[idx]

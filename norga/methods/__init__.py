@@ -1,0 +1,73 @@
+"""Continual-learning methods, by registry name (``method.name`` in a config).
+
+A method is two things, both registered under the same name:
+
+* its **config section** — a dataclass subclass of :class:`norga.config.MethodConfig`
+  in a torch-free module ``norga/methods/<something>_config.py`` decorated with
+  :func:`method_config` (every ``*_config`` module here is imported when a
+  config is read, so configs are validated before torch loads);
+* its **implementation** — a :class:`norga.methods.base.Method` subclass
+  decorated with :func:`register_method`, in the module the config names
+  (imported only when a run is built).
+
+``build_method(cfg, vit, task_classes, device)`` returns the method object the
+task loop drives (README "Architecture").
+"""
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from typing import Dict
+
+METHOD_CONFIGS: Dict[str, type] = {}  # name -> config dataclass
+METHOD_MODULES: Dict[str, str] = {}  # name -> module that registers the implementation
+METHODS: Dict[str, type] = {}  # name -> Method subclass (filled as implementation modules are imported)
+
+
+def method_config(name: str, module: str):
+    """Class decorator: register a method's config dataclass and the module of its implementation."""
+
+    def wrap(cls: type) -> type:
+        if name in METHOD_CONFIGS:
+            raise ValueError(f"method config {name!r} is already registered")
+        METHOD_CONFIGS[name], METHOD_MODULES[name] = cls, module
+        return cls
+
+    return wrap
+
+
+def register_method(name: str):
+    """Class decorator: register a :class:`~norga.methods.base.Method` subclass under ``name``."""
+
+    def wrap(cls: type) -> type:
+        if name in METHODS:
+            raise ValueError(f"method {name!r} is already registered")
+        METHODS[name] = cls
+        cls.name = name
+        return cls
+
+    return wrap
+
+
+def method_class(name: str) -> type:
+    """The implementation registered for ``name`` (imports its module)."""
+    if name not in METHOD_MODULES:
+        raise KeyError(f"unknown method {name!r}; registered: {sorted(METHOD_MODULES)}")
+    importlib.import_module(METHOD_MODULES[name])
+    if name not in METHODS:
+        raise RuntimeError(f"module {METHOD_MODULES[name]} did not register method {name!r} (@register_method)")
+    return METHODS[name]
+
+
+def build_method(cfg, vit, task_classes, device):
+    """The method of ``cfg.method.name`` around the timm backbone ``vit``, for the given task split."""
+    return method_class(cfg.method.name)(vit, task_classes, cfg, device)
+
+
+def _import_config_modules() -> None:
+    for info in pkgutil.iter_modules(__path__):
+        if info.name.endswith("_config"):
+            importlib.import_module(f"{__name__}.{info.name}")
+
+
+_import_config_modules()

@@ -1,0 +1,119 @@
+"""What the task loop needs from a continual-learning method (:class:`Method`).
+
+The runner, the evaluation, the metrics and the run directory only talk to
+this interface; they never name a method, a gate or a head. A method
+
+* learns task t from its loaders (:meth:`Method.learn_task`);
+* predicts a test batch (:meth:`Method.predict`): class logits without the task
+  id, class logits with the true task id given, and, when it infers one, the
+  task id per sample — each sample's prediction depends on that sample only;
+* says what of its evaluation work can be reused across evaluations
+  (:meth:`Method.new_eval_cache`; ``None`` = nothing);
+* saves and restores the state after each task (:meth:`Method.state_dict`);
+* describes itself for ``metrics.json`` (:meth:`Method.describe`) and for
+  ``--dry-run`` (:meth:`Method.summary`).
+
+Register an implementation with :func:`norga.methods.register_method`.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Sequence
+
+import torch
+from torch import Tensor, nn
+
+
+@dataclass
+class TaskLoaders:
+    """Loaders of one task: augmented train (batches of :attr:`Method.train_batch_size`), un-augmented train
+    (statistics; evaluation batch size), test."""
+
+    train: object
+    train_plain: object
+    test: object
+
+
+@dataclass
+class TestBatch:
+    """A batch of test samples of one task.
+
+    ``images`` (B, 3, H, W) on the method's device; ``task``: the test task they come from;
+    ``index`` (B,) their positions in that task's test set (fixed order), of ``size`` samples;
+    ``seen`` bool (C,): classes of the tasks learned so far.
+    """
+
+    images: Tensor
+    task: int
+    index: Tensor
+    size: int
+    seen: Tensor
+
+
+@dataclass
+class Prediction:
+    """``logits`` (B, C): class logits without the task id (class-incremental); ``true_task_logits`` (B, C): with
+    the true task id given (task-incremental); ``task_ids`` (B,): the task the method inferred per sample, or None
+    for methods that infer none. C = all classes of the benchmark; the evaluation masks them."""
+
+    logits: Tensor
+    true_task_logits: Tensor
+    task_ids: Optional[Tensor] = None
+
+
+class Method(ABC):
+    """A class-incremental learner on a frozen timm ViT (subclass it and :func:`register_method` it)."""
+
+    name = "base"
+
+    def __init__(self, vit: nn.Module, task_classes: Sequence[Sequence[int]], cfg, device: torch.device):
+        self.cfg, self.device = cfg, device
+        self.task_classes: List[List[int]] = [list(c) for c in task_classes]
+        self.num_tasks = len(self.task_classes)
+        self.num_classes = sum(len(c) for c in self.task_classes)
+        self.class_to_task = torch.empty(self.num_classes, dtype=torch.long)
+        for t, classes in enumerate(self.task_classes):
+            self.class_to_task[classes] = t
+
+    @classmethod
+    def resolve_config(cls, method_cfg):
+        """The method's config section with defaults the torch-free config layer cannot know filled in
+        (e.g. a gate's options); what ``config.yaml`` stores. Default: unchanged."""
+        return method_cfg
+
+    @property
+    @abstractmethod
+    def train_batch_size(self) -> int:
+        """Batch size of the augmented training loader."""
+
+    @abstractmethod
+    def learn_task(self, task: int, loaders: TaskLoaders) -> None:
+        """Train on task ``task`` (0-based); tasks come in order 0, 1, ..."""
+
+    @abstractmethod
+    def predict(self, batch: TestBatch, cache: Any = None) -> Prediction:
+        """Predictions for a test batch (no gradients); ``cache`` is this method's :meth:`new_eval_cache`."""
+
+    def new_eval_cache(self) -> Any:
+        """An object :meth:`predict` may fill with work that stays valid for the whole run (None: no reuse)."""
+        return None
+
+    @abstractmethod
+    def state_dict(self, task: int) -> Dict[str, Any]:
+        """Everything needed to continue after ``task``: tensors and plain values (``torch.load(weights_only)``)."""
+
+    @abstractmethod
+    def load_state_dict(self, state: Dict[str, Any], with_training_state: bool = True) -> None:
+        """Restore the state saved after a task; ``with_training_state=False``: only what prediction needs."""
+
+    def describe(self) -> Dict[str, Any]:
+        """Plain values for ``metrics.json["method"]`` (e.g. gate values, prompt statistics)."""
+        return {"name": self.name}
+
+    def summary(self) -> str:
+        """One line for ``--dry-run`` and the run log."""
+        return f"method: {self.name}"
+
+    def seen_classes(self, task: int) -> List[int]:
+        return [c for t in range(task + 1) for c in self.task_classes[t]]

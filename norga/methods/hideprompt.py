@@ -1,0 +1,279 @@
+"""HiDe-Prompt with a prefix gate (NoRGa, or ``linear`` = plain HiDe-Prompt) as a registered method.
+
+``learn_task(t, loaders)`` runs, for task t (paper Algorithm 1):
+
+1. uninstructed statistics: Gaussians of frozen features of the task's classes;
+2. TII: head omega trained on the task, then (t > 0) aligned on pseudo-features
+   of all seen classes (eq. 59);
+3. WTP: prompt e_t (initialised from e_{t-1}) through the ensemble
+   p_t = (1-m) e_t + m mean(e_<t) and the classifier head psi (eq. 57); the
+   gate's parameters train on the tasks its :meth:`~norga.models.Gate.trains_on`
+   names (NoRGa: the first) and are frozen otherwise; with
+   ``wtp.prompt_writeback`` (the authors' code) e_t is then overwritten by p_t;
+4. instructed statistics: Gaussians of features prompted with p_t;
+5. TAP: psi aligned on pseudo-features of all seen classes (eq. 58); the
+   authors' code skips it after task 0 (``tap.after_first_task: false``).
+
+Prediction (per sample, never a batch vote): frozen features -> TII -> task id
+-> that task's prompt -> psi. Where the authors' code and the paper differ,
+the config chooses (docs/fidelity.md). ``prompt_length: 0`` is the frozen-
+backbone reference: the same TII and TAP, psi trained on frozen features.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Dict, List, Optional
+
+import torch
+from torch import Tensor
+
+from ..continual.feature_cache import FeatureCache, frozen_features, prompted_features
+from ..continual.gaussian import GaussianStore
+from ..continual.heads import TaskIdentityHead, class_mask, init_linear_layers, masked_logits
+from ..continual.schedules import epoch_scheduler
+from ..continual.seeding import seed_everything, task_generator
+from ..continual.stages import REGULARISERS, align_head, extract_features, fit_on_features
+from ..continual.training import Stage, cross_entropy_term, run_stage
+from ..models import PromptedViT, PromptPool
+from ..models.gates import resolve_gate_spec
+from . import register_method
+from .base import Method, Prediction, TaskLoaders, TestBatch
+
+
+@register_method("hideprompt")
+class HiDePrompt(Method):
+    """Prompts, gates, heads and statistics of one HiDe-Prompt / NoRGa run."""
+
+    @classmethod
+    def resolve_config(cls, method_cfg):
+        return dataclasses.replace(method_cfg, gate=resolve_gate_spec(method_cfg.gate))
+
+    def __init__(self, vit, task_classes, cfg, device):
+        super().__init__(vit, task_classes, cfg, device)
+        c = self.c = cfg.method
+        gate = resolve_gate_spec(c.gate)
+        self.model = PromptedViT(vit, prompt_layers=c.prompt_layers, gate=gate.pop("name"), **gate)
+        dim = self.model.embed_dim
+        self.prompted = c.prompt_length > 0 and len(self.model.prompt_layers) > 0
+        shape = self.model.prompt_shape(max(c.prompt_length, 1))
+        self.pool = PromptPool(self.num_tasks, *shape[:1], *shape[2:]).to(device) if self.prompted else None
+        self.task_prompts = torch.zeros(self.num_tasks, *shape, device=device) if self.prompted else None
+        self.head = init_linear_layers(torch.nn.Linear(dim, self.num_classes), c.head_init).to(device)
+        tii_head = TaskIdentityHead(dim, self.num_classes, c.tii.mlp_ratios, c.tii.mlp_style)
+        self.tii_head = init_linear_layers(tii_head, c.head_init).to(device)
+        s = c.stats
+        self.uninstructed = GaussianStore(s.kind, s.ridge, s.n_centroids, cfg.seed)
+        self.instructed = GaussianStore(s.kind, s.ridge, s.n_centroids, cfg.seed)
+        self.model.freeze_backbone()
+        self.model.to(device)
+
+    @property
+    def train_batch_size(self) -> int:
+        return self.c.wtp.batch_size
+
+    @property
+    def gates(self) -> list:
+        return [attn.prefix_gate for attn in self.model.prefix_attentions]
+
+    # ---- helpers ------------------------------------------------------
+    def seen_mask(self, task: int) -> Tensor:
+        return class_mask(self.num_classes, self.seen_classes(task), self.device)
+
+    def old_classes(self, task: int) -> List[int]:
+        """Classes of the tasks before ``task`` (C_old of the authors' alignment budget)."""
+        return self.seen_classes(task - 1) if task > 0 else []
+
+    def _lr(self, lr: float, batch_size: int) -> float:
+        return lr * batch_size / 256 if self.c.scale_lr_by_batch else lr
+
+    def _align_batches(self, rule: str, task: int) -> Optional[int]:
+        """Batches per alignment epoch: C_old (``old_classes``, authors' code) or all (None)."""
+        return len(self.old_classes(task)) if rule == "old_classes" else None
+
+    def _add_statistics(self, store: GaussianStore, feats: Tensor, labels: Tensor, task: int) -> None:
+        for c in self.task_classes[task]:
+            members = feats[labels == c]
+            if len(members) < 2:
+                raise ValueError(f"class {c} of task {task} has {len(members)} training samples; need >= 2")
+            store.add(c, members)
+
+    def _task_mask(self, task: int) -> Tensor:
+        return class_mask(self.num_classes, self.task_classes[task], self.device)
+
+    # ---- the task -----------------------------------------------------
+    def learn_task(self, task: int, loaders: TaskLoaders) -> None:
+        c, seed = self.c, self.cfg.seed
+        seed_everything(seed * 1_000_003 + task)
+        frozen, labels = extract_features(self.model, loaders.train_plain, self.device, desc="frozen feats")
+        self._add_statistics(self.uninstructed, frozen, labels, task)
+        self._train_tii(task, loaders, frozen, labels)
+        if self.prompted:
+            self._train_wtp(task, loaders)
+            prompt = self.task_prompts[task]
+            frozen, labels = extract_features(self.model, loaders.train_plain, self.device, prompt, "prompted feats")
+        else:  # reference without prompts: the classifier learns on frozen features
+            fit_on_features(self.head, frozen, labels, self._task_mask(task), c.wtp.epochs,
+                            self._lr(c.wtp.lr, c.wtp.batch_size) * c.wtp.head_lr_scale, c.wtp.batch_size,
+                            task_generator(seed, task, 4), self.device, stage="head", task=task,
+                            lr_key="method.wtp.lr")
+        self._add_statistics(self.instructed, frozen, labels, task)
+        if task > 0 or c.tap.after_first_task:
+            align_head(self.head, self.instructed, self.seen_classes(task), self.num_classes, c.tap.epochs,
+                       c.tap.lr, c.tap.samples_per_class, c.tap.batch_size,
+                       task_generator(seed, task, 3), self.device, "tap",
+                       self._align_batches(c.tap.batches, task), task, lr_key="method.tap.lr")
+
+    def _train_tii(self, task: int, loaders: TaskLoaders, frozen: Tensor, labels: Tensor) -> None:
+        t, seed = self.c.tii, self.cfg.seed
+        lr = self._lr(t.lr, t.batch_size)
+        if t.cache_features:
+            fit_on_features(self.tii_head, frozen, labels, self._task_mask(task), t.epochs, lr, t.batch_size,
+                            task_generator(seed, task, 1), self.device, t.grad_clip, task=task,
+                            lr_key="method.tii.lr")
+        else:
+            self._train_tii_on_images(task, loaders.train, t.epochs, lr, t.grad_clip)
+        if task > 0:
+            align_lr = self._lr(t.align_lr, t.batch_size) if t.scale_align_lr else t.align_lr
+            align_head(self.tii_head, self.uninstructed, self.seen_classes(task), self.num_classes,
+                       t.align_epochs, align_lr, t.samples_per_class, t.batch_size,
+                       task_generator(seed, task, 2), self.device, "tii_align",
+                       self._align_batches(t.align_batches, task), task, lr_key="method.tii.align_lr")
+
+    def _train_tii_on_images(self, task: int, loader, epochs: int, lr: float, clip: Optional[float]) -> None:
+        """TII head on frozen features of augmented images (recomputed every epoch, the authors' code)."""
+        head, model, device = self.tii_head, self.model, self.device
+        optimizer = torch.optim.Adam(head.parameters(), lr=lr)
+
+        def forward(batch):
+            x, y = batch
+            with torch.no_grad():
+                model.eval()
+                feats = model(x.to(device))
+            return {"logits": head(feats), "labels": y.to(device)}
+
+        run_stage(Stage("tii", task, epochs, optimizer, clip=clip, clip_params=list(head.parameters()),
+                        train_modules=[head], lr_key="method.tii.lr"),
+                  batches=lambda epoch: loader, forward=forward, terms={"ce": cross_entropy_term(self._task_mask(task))})
+
+    def _train_wtp(self, task: int, loaders: TaskLoaders) -> None:
+        """Eq. 57: prompt e_t (+ the gates on the tasks they train on) and psi, CE + lambda * regulariser."""
+        w, model, pool = self.c.wtp, self.model, self.pool
+        if task > 0:
+            pool.init_from(task, task - 1)
+        pool.train_only(task)
+        gate_params = []
+        for gate in self.gates:
+            trains = gate.trains_on(task)
+            gate.unfreeze() if trains else gate.freeze()
+            gate_params += list(gate.parameters()) if trains else []
+        prompt_params = [pool.prompts[task]]
+        lr = self._lr(w.lr, w.batch_size)
+        optimizer = torch.optim.Adam([{"params": prompt_params + gate_params, "lr": lr},
+                                      {"params": list(self.head.parameters()), "lr": lr * w.head_lr_scale}],
+                                     betas=(0.9, 0.999), weight_decay=0.0)
+        old = self.old_classes(task)
+        prototypes = self.instructed.means(old).to(self.device) if old else None
+        regulariser = REGULARISERS[w.reg_form]
+
+        def forward(batch):
+            x, y = batch
+            feats = model(x.to(self.device), pool.ensembled(task, w.momentum))
+            return {"features": feats, "logits": self.head(feats), "labels": y.to(self.device)}
+
+        def reg(out):
+            if w.reg == 0:
+                return out["features"].new_zeros(())
+            return w.reg * regulariser(out["features"], prototypes, w.temperature)
+
+        scheduler = epoch_scheduler(optimizer, w.schedule, w.epochs, w.milestones, w.gamma, w.min_lr,
+                                    w.schedule_stepping)
+        self.wtp_history = run_stage(
+            Stage("wtp", task, w.epochs, optimizer, scheduler, w.grad_clip, prompt_params + gate_params +
+                  list(self.head.parameters()), train_modules=[model, self.head], describe=self.gate_values,
+                  lr_key="method.wtp.lr"),
+            batches=lambda epoch: loaders.train, forward=forward,
+            terms={"ce": cross_entropy_term(self._task_mask(task), w.label_smoothing), "reg": reg})
+        model.eval()
+        pool.prompts[task].requires_grad_(False)
+        for gate in self.gates:
+            gate.freeze()
+        with torch.no_grad():
+            self.task_prompts[task] = pool.ensembled(task, w.momentum).detach()
+            if w.prompt_writeback:  # authors' code: the stored e_t becomes p_t (next init and later means use it)
+                pool.prompts[task].copy_(self.task_prompts[task])
+
+    # ---- prediction -----------------------------------------------------
+    def new_eval_cache(self) -> FeatureCache:
+        """Frozen test features never change; a test sample's features under task k's prompt never change once
+        task k is learned (prompt and gates frozen then): each (sample, prompt) pair is computed once per run."""
+        return FeatureCache()
+
+    @torch.no_grad()
+    def predict(self, batch: TestBatch, cache: Optional[FeatureCache] = None) -> Prediction:
+        cache = cache if cache is not None else FeatureCache()
+        self.model.eval()
+        self.head.eval()
+        self.tii_head.eval()
+        x, task, index, n = batch.images, batch.task, batch.index, batch.size
+        frozen = frozen_features(self.model, x, index, cache, task, n).to(self.device)
+        classes = masked_logits(self.tii_head(frozen), batch.seen).argmax(dim=1)
+        tasks = self.class_to_task.to(classes.device)[classes]
+        if not self.prompted:
+            feats = true_feats = frozen
+        else:
+            feats = prompted_features(self.model, x, index, tasks, self.task_prompts, cache, task, n).to(self.device)
+            true_feats = prompted_features(self.model, x, index, torch.full_like(tasks, task), self.task_prompts,
+                                           cache, task, n).to(self.device)
+        return Prediction(self.head(feats), self.head(true_feats), tasks)
+
+    # ---- state ----------------------------------------------------------
+    def state_dict(self, task: int) -> Dict[str, Any]:
+        """State after ``task``: small modules in full, statistics of this task's classes only."""
+        classes = set(self.task_classes[task])
+        pick = lambda store: {k: v for k, v in store.state_dict()["stats"].items() if k in classes}  # noqa: E731
+        return {
+            "task": task,
+            "prompts": self.pool.state_dict() if self.prompted else None,
+            "task_prompts": self.task_prompts.cpu() if self.prompted else None,
+            "gates": {f"{i}": gate.state_dict() for i, gate in enumerate(self.gates)},
+            "head": self.head.state_dict(),
+            "tii_head": self.tii_head.state_dict(),
+            "uninstructed_stats": pick(self.uninstructed),
+            "instructed_stats": pick(self.instructed),
+        }
+
+    def load_state_dict(self, state: Dict[str, Any], with_training_state: bool = True) -> None:
+        if self.prompted:
+            self.pool.load_state_dict(state["prompts"])
+            self.task_prompts.copy_(state["task_prompts"].to(self.device))
+            for p in self.pool.prompts:
+                p.requires_grad_(False)
+        for i, gate in enumerate(self.gates):
+            gate.load_state_dict(state["gates"][f"{i}"])
+            gate.freeze()
+        self.head.load_state_dict(state["head"])
+        self.tii_head.load_state_dict(state["tii_head"])
+        if with_training_state:
+            self.uninstructed.stats.update({int(k): v for k, v in state["uninstructed_stats"].items()})
+            self.instructed.stats.update({int(k): v for k, v in state["instructed_stats"].items()})
+
+    # ---- description ----------------------------------------------------
+    def gate_values(self) -> Dict[str, List[float]]:
+        """What each prompted layer's gate reports, as lists over layers (NoRGa: alpha, tau; linear: nothing)."""
+        values: Dict[str, List[float]] = {}
+        for gate in self.gates:
+            for name, value in gate.report().items():
+                values.setdefault(name, []).append(value)
+        return values
+
+    def describe(self) -> Dict[str, Any]:
+        c = self.c
+        prompts = self.task_prompts.flatten(1).norm(dim=1).tolist() if self.prompted else []
+        return {"name": self.name, "gate": {**resolve_gate_spec(c.gate), **self.gate_values()},
+                "prompt_layers": list(self.model.prompt_layers), "prompt_length": c.prompt_length,
+                "prompt_norms": prompts}
+
+    def summary(self) -> str:
+        gate = ", ".join(f"{k}={v}" for k, v in resolve_gate_spec(self.c.gate).items())
+        return (f"method: hideprompt, gate: {gate}, prompt length {self.c.prompt_length} on blocks "
+                f"{list(self.model.prompt_layers)}")

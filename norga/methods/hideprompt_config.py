@@ -1,0 +1,108 @@
+"""Config section of the ``hideprompt`` method: HiDe-Prompt (WTP, TII, TAP) with a prefix gate.
+
+``method: {name: hideprompt, gate: {name: linear}}`` is HiDe-Prompt;
+``gate: {name: norga, activation: tanh}`` is NoRGa. Torch-free (read before torch loads).
+Every field is listed in README "Config reference"; docs/fidelity.md says which
+values reproduce the authors' code.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from ..config import ConfigError, MethodConfig, _f
+from . import method_config
+
+
+@dataclass
+class StatsConfig:
+    kind: str = _f("covariance", choices=("covariance", "variance", "multi_centroid"))
+    ridge: float = _f(1e-4, ge=0.0)
+    n_centroids: int = _f(10, ge=1)
+
+
+@dataclass
+class TIIConfig:
+    epochs: int = _f(20, ge=0)
+    lr: float = _f(0.0005, gt=0.0)
+    batch_size: int = _f(128, ge=1)
+    mlp_ratios: List[int] = _f([2])
+    align_epochs: int = _f(30, ge=0)
+    align_lr: float = _f(0.005, gt=0.0)
+    samples_per_class: int = _f(128, ge=1)  # pseudo-features per seen class and alignment epoch
+    align_batches: str = _f("old_classes", choices=("old_classes", "all"))  # batches per alignment epoch
+    scale_align_lr: bool = _f(True)  # align_lr * batch / 256 too (authors' code), when scale_lr_by_batch
+    # official: the authors' single post-LN residual block over mlp_ratios; pre_norm: a pre-LN block per ratio
+    mlp_style: str = _f("official", choices=("official", "pre_norm"))
+    grad_clip: Optional[float] = _f(1.0, gt=0.0)  # max grad norm in TII training (authors: 1.0)
+    cache_features: bool = _f(False)  # train on frozen features of un-augmented images, computed once
+
+
+@dataclass
+class WTPConfig:
+    epochs: int = _f(50, ge=0)
+    lr: float = _f(0.03, gt=0.0)
+    batch_size: int = _f(128, ge=1)
+    schedule: str = _f("step", choices=("constant", "step", "cosine"))
+    milestones: List[int] = _f([30])
+    gamma: float = _f(0.1, gt=0.0)
+    min_lr: float = _f(1e-5, ge=0.0)  # floor of the cosine schedule (timm's lr_min in the authors' scripts)
+    # timm: scheduler.step(epoch) after each epoch sets the next epoch's lr from the finished epoch's index, so a
+    # change "at epoch 30" first applies to 0-based epoch 31 (authors); torch: it applies to epoch 30
+    schedule_stepping: str = _f("timm", choices=("timm", "torch"))
+    head_lr_scale: float = _f(0.1, gt=0.0)  # "larger prompt lr": head gets head_lr_scale * lr
+    reg: float = _f(0.1, ge=0.0)  # lambda of the contrastive regulariser
+    # official: CE(M M^T / temperature, identity) on M = [old class means; batch features], every task (authors'
+    # code); eq56: the paper's eq. 56 on L2-normalised features, tasks t > 0 only
+    reg_form: str = _f("official", choices=("official", "eq56"))
+    temperature: float = _f(0.8, gt=0.0)
+    momentum: float = _f(0.01, ge=0.0, le=1.0)  # prompt-ensemble m
+    grad_clip: Optional[float] = _f(1.0, gt=0.0)
+    label_smoothing: float = _f(0.0, ge=0.0, le=1.0)  # authors' code: none (the flag is parsed, never used)
+    prompt_writeback: bool = _f(True)  # after WTP store p_t (ensembled) as e_t (authors); false: keep raw e_t
+
+
+@dataclass
+class TAPConfig:
+    epochs: int = _f(80, ge=0)
+    lr: float = _f(0.05, gt=0.0)
+    batch_size: int = _f(640, ge=1)  # authors: 5 x the training batch
+    samples_per_class: int = _f(640, ge=1)  # authors: 5 x the training batch
+    batches: str = _f("old_classes", choices=("old_classes", "all"))  # batches per epoch (see tii.align_batches)
+    after_first_task: bool = _f(False)  # authors' code runs TAP only for tasks t > 0
+
+
+@method_config("hideprompt", module="norga.methods.hideprompt")
+@dataclass
+class HiDePromptConfig(MethodConfig):
+    """HiDe-Prompt (WTP, TII, TAP) with a prefix gate: gate linear = HiDe-Prompt, gate norga = NoRGa.
+
+    ``gate`` is ``{name: <registered gate>, <that gate's options>}``;
+    its options are checked against the gate's own ``Options`` when the run is built (``norga list`` shows them)."""
+
+    name: str = _f("hideprompt")
+    prompt_layers: List[int] = _f([0, 1, 2, 3, 4])
+    prompt_length: int = _f(5, ge=0)  # 0: no prompts (frozen-backbone reference with the same TII/TAP)
+    gate: Dict[str, Any] = _f({"name": "norga", "activation": "tanh"})
+    scale_lr_by_batch: bool = _f(True)  # TII, TII-alignment (see tii.scale_align_lr) and WTP lr * batch / 256
+    head_init: str = _f("trunc_normal", choices=("trunc_normal", "pytorch"))  # linear layers of both heads
+    stats: StatsConfig = field(default_factory=StatsConfig)
+    tii: TIIConfig = field(default_factory=TIIConfig)
+    wtp: WTPConfig = field(default_factory=WTPConfig)
+    tap: TAPConfig = field(default_factory=TAPConfig)
+
+    def __post_init__(self):
+        if "name" not in self.gate:  # e.g. only --set method.gate.activation=gelu: the default gate's name
+            self.gate = {"name": "norga", **self.gate}
+        if not isinstance(self.gate.get("name"), str):
+            raise ConfigError(f"method.gate: needs a gate name, e.g. {{name: norga, activation: tanh}} or "
+                              f"{{name: linear}}; got {self.gate!r}")
+        if self.tap.after_first_task and self.tap.batches == "old_classes":
+            raise ConfigError("method.tap.after_first_task=true with method.tap.batches=old_classes would run 0 TAP "
+                              "batches after the first task (C_old = 0); set method.tap.batches=all, or "
+                              "method.tap.after_first_task=false")
+
+    def report(self, cfg) -> str:
+        from ..fidelity import fidelity_report  # torch-free
+
+        return fidelity_report(cfg)
