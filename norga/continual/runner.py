@@ -344,8 +344,9 @@ class MetricsTracker:
         s = summarize(self._block(self.cil))
         tii = [self.tii[i][t] for i in range(t + 1)]
         tii_text = f", TII acc {sum(tii) / len(tii):.4f}" if None not in tii else ""
+        note = self.method.task_summary(t)
         return (f"task {t} done ({t + 1} of {self.bench.num_tasks}): acc on this task {self.cil[t][t]:.4f}, "
-                f"running FA {s['FA']:.4f}{tii_text}, time {self.times[t]:.1f}s")
+                f"running FA {s['FA']:.4f}{tii_text}, time {self.times[t]:.1f}s" + (f"; {note}" if note else ""))
 
 
 def load_run_config(run_dir: Path) -> Config:

@@ -115,5 +115,9 @@ class Method(ABC):
         """One line for ``--dry-run`` and the run log."""
         return f"method: {self.name}"
 
+    def task_summary(self, task: int) -> str:
+        """What the method adds to task ``task``'s log line (e.g. diagnostics); default nothing."""
+        return ""
+
     def seen_classes(self, task: int) -> List[int]:
         return [c for t in range(task + 1) for c in self.task_classes[t]]

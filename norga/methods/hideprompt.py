@@ -36,6 +36,7 @@ from ..continual.stages import REGULARISERS, align_head, extract_features, fit_o
 from ..continual.training import Stage, cross_entropy_term, run_stage
 from ..models import PromptedViT, PromptPool
 from ..models.gates import resolve_gate_spec
+from . import hideprompt_diagnostics as diagnostics
 from . import register_method
 from .base import Method, Prediction, TaskLoaders, TestBatch
 
@@ -66,6 +67,7 @@ class HiDePrompt(Method):
         self.instructed = GaussianStore(s.kind, s.ridge, s.n_centroids, cfg.seed)
         self.model.freeze_backbone()
         self.model.to(device)
+        self.diagnostics: Dict[int, dict] = {}  # task -> hideprompt_diagnostics.task_diagnostics(...)
 
     @property
     def train_batch_size(self) -> int:
@@ -110,18 +112,24 @@ class HiDePrompt(Method):
         if self.prompted:
             self._train_wtp(task, loaders)
             prompt = self.task_prompts[task]
-            frozen, labels = extract_features(self.model, loaders.train_plain, self.device, prompt, "prompted feats")
+            prompted, _ = extract_features(self.model, loaders.train_plain, self.device, prompt, "prompted feats")
         else:  # reference without prompts: the classifier learns on frozen features
             fit_on_features(self.head, frozen, labels, self._task_mask(task), c.wtp.epochs,
                             self._lr(c.wtp.lr, c.wtp.batch_size) * c.wtp.head_lr_scale, c.wtp.batch_size,
                             task_generator(seed, task, 4), self.device, stage="head", task=task,
                             lr_key="method.wtp.lr")
-        self._add_statistics(self.instructed, frozen, labels, task)
+            prompted = frozen
+        self._add_statistics(self.instructed, prompted, labels, task)
+        diagnose = c.diagnostics and self.prompted
+        head_after_wtp = {k: v.detach().clone() for k, v in self.head.state_dict().items()} if diagnose else None
         if task > 0 or c.tap.after_first_task:
             align_head(self.head, self.instructed, self.seen_classes(task), self.num_classes, c.tap.epochs,
                        c.tap.lr, c.tap.samples_per_class, c.tap.batch_size,
                        task_generator(seed, task, 3), self.device, "tap",
                        self._align_batches(c.tap.batches, task), task, lr_key="method.tap.lr")
+        if diagnose:
+            self.diagnostics[task] = diagnostics.task_diagnostics(
+                self, task, loaders, frozen, prompted, labels, head_after_wtp, self._wtp_init, self._wtp_trained)
 
     def _train_tii(self, task: int, loaders: TaskLoaders, frozen: Tensor, labels: Tensor) -> None:
         t, seed = self.c.tii, self.cfg.seed
@@ -161,6 +169,7 @@ class HiDePrompt(Method):
         if task > 0:
             pool.init_from(task, task - 1)
         pool.train_only(task)
+        self._wtp_init = pool.prompts[task].detach().clone()  # e_t^0, for the diagnostics
         gate_params = []
         for gate in self.gates:
             trains = gate.trains_on(task)
@@ -197,6 +206,7 @@ class HiDePrompt(Method):
         pool.prompts[task].requires_grad_(False)
         for gate in self.gates:
             gate.freeze()
+        self._wtp_trained = pool.prompts[task].detach().clone()  # e_t before write-back, for the diagnostics
         with torch.no_grad():
             self.task_prompts[task] = pool.ensembled(task, w.momentum).detach()
             if w.prompt_writeback:  # authors' code: the stored e_t becomes p_t (next init and later means use it)
@@ -240,6 +250,7 @@ class HiDePrompt(Method):
             "tii_head": self.tii_head.state_dict(),
             "uninstructed_stats": pick(self.uninstructed),
             "instructed_stats": pick(self.instructed),
+            "diagnostics": self.diagnostics.get(task),
         }
 
     def load_state_dict(self, state: Dict[str, Any], with_training_state: bool = True) -> None:
@@ -253,6 +264,8 @@ class HiDePrompt(Method):
             gate.freeze()
         self.head.load_state_dict(state["head"])
         self.tii_head.load_state_dict(state["tii_head"])
+        if state.get("diagnostics"):
+            self.diagnostics[int(state["task"])] = state["diagnostics"]
         if with_training_state:
             self.uninstructed.stats.update({int(k): v for k, v in state["uninstructed_stats"].items()})
             self.instructed.stats.update({int(k): v for k, v in state["instructed_stats"].items()})
@@ -271,7 +284,10 @@ class HiDePrompt(Method):
         prompts = self.task_prompts.flatten(1).norm(dim=1).tolist() if self.prompted else []
         return {"name": self.name, "gate": {**resolve_gate_spec(c.gate), **self.gate_values()},
                 "prompt_layers": list(self.model.prompt_layers), "prompt_length": c.prompt_length,
-                "prompt_norms": prompts}
+                "prompt_norms": prompts, "diagnostics": [self.diagnostics[t] for t in sorted(self.diagnostics)]}
+
+    def task_summary(self, task: int) -> str:
+        return diagnostics.summary(self.diagnostics.get(task))
 
     def summary(self) -> str:
         gate = ", ".join(f"{k}={v}" for k, v in resolve_gate_spec(self.c.gate).items())

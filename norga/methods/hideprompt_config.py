@@ -86,6 +86,9 @@ class HiDePromptConfig(MethodConfig):
     gate: Dict[str, Any] = _f({"name": "norga", "activation": "tanh"})
     scale_lr_by_batch: bool = _f(True)  # TII, TII-alignment (see tii.scale_align_lr) and WTP lr * batch / 256
     head_init: str = _f("trunc_normal", choices=("trunc_normal", "pytorch"))  # linear layers of both heads
+    # per-task evidence that WTP, the prompt and the gate did work (norga.methods.hideprompt_diagnostics); changes
+    # no other number; costs three feature passes and a linear probe per task
+    diagnostics: bool = _f(True)
     stats: StatsConfig = field(default_factory=StatsConfig)
     tii: TIIConfig = field(default_factory=TIIConfig)
     wtp: WTPConfig = field(default_factory=WTPConfig)
