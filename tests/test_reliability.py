@@ -231,11 +231,12 @@ def tmpfs(tmp_path):
 def test_real_full_and_read_only_disk(reference, tmpfs, capsys):
     run = copy_run(reference, tmpfs / "run", 1)
     (run / "metrics.json").unlink()
-    with open(tmpfs / "filler", "wb") as f:  # fill the disk, then leave 60 kB: small files fit, a checkpoint not
+    # fill the disk, then leave 60 kB: small files fit, a checkpoint not. Unbuffered, so the failing write
+    # leaves no bytes in a buffer that closing the file would try (and fail) to flush
+    with open(tmpfs / "filler", "wb", buffering=0) as f:
         try:
             while True:
                 f.write(b"\0" * 65536)
-                f.flush()
         except OSError:
             pass
     (tmpfs / "filler").write_bytes(b"\0" * max(0, (tmpfs / "filler").stat().st_size - 60_000))
