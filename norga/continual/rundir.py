@@ -6,8 +6,9 @@ Layout of ``DIR`` (tasks are numbered from 0 everywhere)::
     metrics.json             FA/CA/FM/BWT, matrices, TII, timings (completed tasks only)
     acc_matrix.csv           rows = evaluated task i, columns = after learning task t
     log.txt                  human-readable log
-    checkpoints/task_XX.pt   state after task XX (prompts, gates, heads, TII head, that
-                             task's Gaussian statistics, RNG states, its evaluation row)
+    checkpoints/task_XX.pt   state after task XX (the method's name and state, e.g.
+                             prompts, gates, heads and that task's statistics; the
+                             task's evaluation row; the config)
     checkpoints/task_XX.pt.sha256   its checksum (``sha256sum -c`` format); a task is
                              complete only when this file exists and matches
     .lock                    present while a process trains into the folder (holds its pid)
