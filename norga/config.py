@@ -86,11 +86,11 @@ class LoggingConfig:
     tensorboard: bool = _f(False)  # also write the per-epoch log as TensorBoard scalars to DIR/tensorboard/
 
 
+DEFAULT_METHOD = "hideprompt"
+
+
 def _default_method() -> MethodConfig:
     return method_config_class(DEFAULT_METHOD)()
-
-
-DEFAULT_METHOD = "hideprompt"
 
 
 @dataclass

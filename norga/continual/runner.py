@@ -82,13 +82,15 @@ def _loader_options(cfg: Config) -> dict:
     return dict(num_workers=cfg.data.num_workers, pin_memory=torch.cuda.is_available(), persistent_workers=False)
 
 
-def task_loaders(cfg: Config, bench, task: int, train_batch_size: int) -> TaskLoaders:
-    """Augmented train (shuffled by a (seed, task) generator), un-augmented train and test loaders of ``task``."""
+def task_loaders(cfg: Config, bench, task: int, train_batch_size: int,
+                 test: Optional[DataLoader] = None) -> TaskLoaders:
+    """Augmented train (shuffled by a (seed, task) generator), un-augmented train and test loaders of ``task``
+    (``test``: an existing test loader of that task to reuse)."""
     common = _loader_options(cfg)
     train = DataLoader(bench.train_set(task), batch_size=train_batch_size, shuffle=True, drop_last=False,
                        generator=task_generator(cfg.seed, task, 0), **common)
     plain = DataLoader(bench.train_set(task, train_transform=False), batch_size=cfg.eval_batch_size, **common)
-    return TaskLoaders(train, plain, test_loader(cfg, bench, task))
+    return TaskLoaders(train, plain, test if test is not None else test_loader(cfg, bench, task))
 
 
 def test_loader(cfg: Config, bench, task: int) -> DataLoader:
@@ -257,7 +259,7 @@ def _train_task(t: int, cfg: Config, bench, method: Method, tracker: "MetricsTra
     """Learn and evaluate task t; checkpoint (with its evaluation row), then metrics, then the log line."""
     start = time.time()
     with task_context(t):
-        method.learn_task(t, task_loaders(cfg, bench, t, method.train_batch_size))
+        method.learn_task(t, task_loaders(cfg, bench, t, method.train_batch_size, evaluator.loader(t)))
     evaluation = evaluator.seen_tasks(t)
     seconds = time.time() - start
     state = {"task": t, "method_name": cfg.method.name, "method": method.state_dict(t)}

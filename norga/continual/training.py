@@ -18,7 +18,7 @@ loss stops the run naming stage, task and epoch.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence
 
 import torch
@@ -88,7 +88,6 @@ class Stage:
     train_modules: Sequence[nn.Module] = ()
     describe: Optional[Callable[[], dict]] = None
     lr_key: Optional[str] = None  # config key of the stage's lr, named when its loss diverges
-    progress: str = field(default="")  # progress-bar label (default: the stage name in capitals)
 
 
 def run_stage(stage: Stage, batches: Callable[[int], Iterable], forward: Callable[[object], Outputs],
@@ -100,7 +99,7 @@ def run_stage(stage: Stage, batches: Callable[[int], Iterable], forward: Callabl
     if not terms:
         raise ValueError(f"stage {stage.name}: no loss terms")
     history = []
-    for epoch in tqdm(range(stage.epochs), desc=stage.progress or stage.name.upper(), leave=False):
+    for epoch in tqdm(range(stage.epochs), desc=stage.name.upper(), leave=False):
         meter = EpochMeter(stage.name, stage.task, epoch, stage.lr_key)
         for module in stage.train_modules:
             module.train()

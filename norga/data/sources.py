@@ -12,6 +12,7 @@ from typing import Callable, Dict, List, Optional
 import numpy as np
 
 from ..errors import NorgaError
+from ..registry import registrar
 
 
 class DataError(NorgaError, FileNotFoundError):
@@ -40,11 +41,7 @@ class RawData:
 SOURCES: Dict[str, Callable[..., RawData]] = {}
 
 
-def register_source(name: str):
-    def wrap(fn):
-        SOURCES[name] = fn
-        return fn
-    return wrap
+register_source = registrar(SOURCES, "data source")  # decorator: @register_source("name")
 
 
 ARRAY_LAYOUT = "a .npz file with arrays train_x, train_y, test_x, test_y (uint8 images NHWC or NHW, integer labels)"

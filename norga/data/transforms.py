@@ -39,6 +39,7 @@ from typing import Callable, Dict, Sequence, Tuple
 from torchvision import transforms as T
 from torchvision.transforms import InterpolationMode
 
+from ..registry import registrar
 from .sources import DataError
 
 CIFAR_MEAN, CIFAR_STD = (0.5071, 0.4867, 0.4408), (0.2675, 0.2565, 0.2761)  # authors' CIFAR Normalize
@@ -67,11 +68,7 @@ OFFICIAL_RECIPES: Dict[str, object] = {
 }
 
 
-def register_recipe(name: str):
-    def wrap(fn: Recipe) -> Recipe:
-        RECIPES[name] = fn
-        return fn
-    return wrap
+register_recipe = registrar(RECIPES, "transform recipe")  # decorator: @register_recipe("name")
 
 
 def _authors_test(size: int, normalize: list) -> T.Compose:

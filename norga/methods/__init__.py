@@ -19,31 +19,24 @@ import importlib
 import pkgutil
 from typing import Dict
 
+from ..registry import registrar
+
 METHOD_CONFIGS: Dict[str, type] = {}  # name -> config dataclass
 METHOD_MODULES: Dict[str, str] = {}  # name -> module that registers the implementation
 METHODS: Dict[str, type] = {}  # name -> Method subclass (filled as implementation modules are imported)
+
+
+_register_config = registrar(METHOD_CONFIGS, "method config")
+# Class decorator: register a :class:`~norga.methods.base.Method` subclass under ``name`` (sets ``cls.name``).
+register_method = registrar(METHODS, "method", set_name=True)
 
 
 def method_config(name: str, module: str):
     """Class decorator: register a method's config dataclass and the module of its implementation."""
 
     def wrap(cls: type) -> type:
-        if name in METHOD_CONFIGS:
-            raise ValueError(f"method config {name!r} is already registered")
-        METHOD_CONFIGS[name], METHOD_MODULES[name] = cls, module
-        return cls
-
-    return wrap
-
-
-def register_method(name: str):
-    """Class decorator: register a :class:`~norga.methods.base.Method` subclass under ``name``."""
-
-    def wrap(cls: type) -> type:
-        if name in METHODS:
-            raise ValueError(f"method {name!r} is already registered")
-        METHODS[name] = cls
-        cls.name = name
+        _register_config(name)(cls)
+        METHOD_MODULES[name] = module
         return cls
 
     return wrap

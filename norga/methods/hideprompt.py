@@ -52,8 +52,9 @@ class HiDePrompt(Method):
     def __init__(self, vit, task_classes, cfg, device):
         super().__init__(vit, task_classes, cfg, device)
         c = self.c = cfg.method
-        gate = resolve_gate_spec(c.gate)
-        self.model = PromptedViT(vit, prompt_layers=c.prompt_layers, gate=gate.pop("name"), **gate)
+        self.gate_spec = resolve_gate_spec(c.gate)  # name and every option, defaults filled in
+        options = {k: v for k, v in self.gate_spec.items() if k != "name"}
+        self.model = PromptedViT(vit, prompt_layers=c.prompt_layers, gate=self.gate_spec["name"], **options)
         dim = self.model.embed_dim
         self.prompted = c.prompt_length > 0 and len(self.model.prompt_layers) > 0
         shape = self.model.prompt_shape(max(c.prompt_length, 1))
@@ -282,7 +283,7 @@ class HiDePrompt(Method):
     def describe(self) -> Dict[str, Any]:
         c = self.c
         prompts = self.task_prompts.flatten(1).norm(dim=1).tolist() if self.prompted else []
-        return {"name": self.name, "gate": {**resolve_gate_spec(c.gate), **self.gate_values()},
+        return {"name": self.name, "gate": {**self.gate_spec, **self.gate_values()},
                 "prompt_layers": list(self.model.prompt_layers), "prompt_length": c.prompt_length,
                 "prompt_norms": prompts, "diagnostics": [self.diagnostics[t] for t in sorted(self.diagnostics)]}
 
@@ -290,6 +291,6 @@ class HiDePrompt(Method):
         return diagnostics.summary(self.diagnostics.get(task))
 
     def summary(self) -> str:
-        gate = ", ".join(f"{k}={v}" for k, v in resolve_gate_spec(self.c.gate).items())
+        gate = ", ".join(f"{k}={v}" for k, v in self.gate_spec.items())
         return (f"method: hideprompt, gate: {gate}, prompt length {self.c.prompt_length} on blocks "
                 f"{list(self.model.prompt_layers)}")

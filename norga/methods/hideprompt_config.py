@@ -72,6 +72,9 @@ class TAPConfig:
     after_first_task: bool = _f(False)  # authors' code runs TAP only for tasks t > 0
 
 
+DEFAULT_GATE = {"name": "norga", "activation": "tanh"}
+
+
 @method_config("hideprompt", module="norga.methods.hideprompt")
 @dataclass
 class HiDePromptConfig(MethodConfig):
@@ -83,7 +86,7 @@ class HiDePromptConfig(MethodConfig):
     name: str = _f("hideprompt")
     prompt_layers: List[int] = _f([0, 1, 2, 3, 4])
     prompt_length: int = _f(5, ge=0)  # 0: no prompts (frozen-backbone reference with the same TII/TAP)
-    gate: Dict[str, Any] = _f({"name": "norga", "activation": "tanh"})
+    gate: Dict[str, Any] = _f(DEFAULT_GATE)
     scale_lr_by_batch: bool = _f(True)  # TII, TII-alignment (see tii.scale_align_lr) and WTP lr * batch / 256
     head_init: str = _f("trunc_normal", choices=("trunc_normal", "pytorch"))  # linear layers of both heads
     # per-task evidence that WTP, the prompt and the gate did work (norga.methods.hideprompt_diagnostics); changes
@@ -96,7 +99,7 @@ class HiDePromptConfig(MethodConfig):
 
     def __post_init__(self):
         if "name" not in self.gate:  # e.g. only --set method.gate.activation=gelu: the default gate's name
-            self.gate = {"name": "norga", **self.gate}
+            self.gate = {"name": DEFAULT_GATE["name"], **self.gate}
         if not isinstance(self.gate.get("name"), str):
             raise ConfigError(f"method.gate: needs a gate name, e.g. {{name: norga, activation: tanh}} or "
                               f"{{name: linear}}; got {self.gate!r}")

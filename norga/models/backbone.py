@@ -36,6 +36,7 @@ from timm.models.vision_transformer import checkpoint_filter_fn
 
 from ..config import ConfigError
 from ..errors import NorgaError
+from ..registry import registrar
 
 
 class CheckpointError(NorgaError, RuntimeError):
@@ -72,11 +73,7 @@ BACKBONE_PRESETS: Dict[str, BackbonePreset] = {
 CHECKPOINT_FORMATS: Dict[str, Callable[[dict], Optional[dict]]] = {}
 
 
-def register_format(name: str):
-    def wrap(fn):
-        CHECKPOINT_FORMATS[name] = fn
-        return fn
-    return wrap
+register_format = registrar(CHECKPOINT_FORMATS, "checkpoint format")  # decorator: @register_format("name")
 
 
 def _strip(sd: dict, prefix: str, drop=()) -> dict:

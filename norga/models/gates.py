@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..config import ConfigError, _f, from_dict
+from ..registry import registrar
 
 ACTIVATIONS: Dict[str, Callable[[Tensor], Tensor]] = {
     "tanh": torch.tanh,
@@ -40,17 +41,8 @@ ACTIVATIONS: Dict[str, Callable[[Tensor], Tensor]] = {
 GATES: Dict[str, Type["Gate"]] = {}
 
 
-def register_gate(name: str):
-    """Class decorator adding a gate to :data:`GATES` under ``name``."""
-
-    def wrap(cls: Type["Gate"]) -> Type["Gate"]:
-        if name in GATES:
-            raise ValueError(f"gate {name!r} is already registered")
-        GATES[name] = cls
-        cls.name = name
-        return cls
-
-    return wrap
+# Class decorator adding a gate to :data:`GATES` under ``name`` (sets ``cls.name``).
+register_gate = registrar(GATES, "gate", set_name=True)
 
 
 @dataclass
