@@ -64,6 +64,39 @@ def test_array_npz_grayscale_and_per_class_subsets(tmp_path):
     assert bench.train_set(0)[0][0].shape == (3, 16, 16)  # grayscale -> 3 channels
 
 
+
+def _fixed_task_npz(path, **extra):
+    rng = np.random.default_rng(0)
+    np.savez(path, train_x=rng.integers(0, 255, (60, 8, 8), dtype=np.uint8), train_y=np.repeat(np.arange(6), 10),
+             test_x=rng.integers(0, 255, (12, 8, 8), dtype=np.uint8), test_y=np.repeat(np.arange(6), 2), **extra)
+
+
+def test_array_npz_task_groups_fix_the_tasks(tmp_path):
+    """Each task holds exactly one row of task_groups; the seed shuffles only the order of the rows."""
+    groups = np.array([[5, 0], [1, 3], [2, 4]])
+    _fixed_task_npz(tmp_path / "g.npz", task_groups=groups, task_names=np.array(["digits", "cifar_a", "cifar_b"]))
+    for seed in range(4):
+        bench = build_benchmark("array", tmp_path / "g.npz", 3, seed=seed, image_size=16, transforms="per_dataset")
+        original = [sorted(bench.class_order[c] for c in classes) for classes in bench.task_classes]
+        assert sorted(original) == sorted(sorted(row) for row in groups.tolist())
+        names = {(0, 5): "digits", (1, 3): "cifar_a", (2, 4): "cifar_b"}
+        expected = tuple("cifar" if "cifar" in names[tuple(o)] else "generic" for o in original)
+        assert bench.recipes == expected and bench.info()["datasets"] == ["digits", "cifar_a", "cifar_b"]
+    with pytest.raises(DataError, match="set data.num_tasks=3"):
+        build_benchmark("array", tmp_path / "g.npz", 2)
+
+
+@pytest.mark.parametrize("extra, message", [
+    ({"task_groups": np.array([[0, 1], [2, 3], [4, 4]])}, "each class 0..5 exactly once"),
+    ({"task_groups": np.array([0, 1, 2, 3, 4, 5])}, "task_groups has shape"),
+    ({"task_groups": np.arange(6).reshape(3, 2), "task_names": np.array(["a", "b"])}, "2 task_names for 3"),
+    ({"task_names": np.array(["a", "b", "c"])}, "task_names without task_groups"),
+])
+def test_array_npz_bad_task_groups_are_named(tmp_path, extra, message):
+    _fixed_task_npz(tmp_path / "g.npz", **extra)
+    with pytest.raises(DataError, match=message):
+        build_benchmark("array", tmp_path / "g.npz", 3)
+
 def test_cifar100_torchvision_layout(tmp_path, monkeypatch):
     folder = tmp_path / "cifar-100-python"
     folder.mkdir()

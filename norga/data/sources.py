@@ -45,13 +45,18 @@ register_source = registrar(SOURCES, "data source")  # decorator: @register_sour
 
 
 ARRAY_LAYOUT = "a .npz file with arrays train_x, train_y, test_x, test_y (uint8 images NHWC or NHW, integer labels)"
+FIXED_TASKS_LAYOUT = ("optional task_groups: int (T, k), row t = the original labels of fixed task t, every class in "
+                      "exactly one row; optional task_names: str (T,), e.g. the source dataset of each task")
 
 
 @register_source("array")
 def array_source(root, download: bool, options: dict) -> RawData:
     """Any .npz with train_x, train_y, test_x, test_y (uint8 NHWC or NHW) and optional classes.
 
-    Everything is checked here (so ``--dry-run`` catches it): a readable npz, uint8
+    An optional ``task_groups`` array (T, k) fixes the tasks, like 5-Datasets: task t
+    holds exactly the classes of row t (``class_order: seed`` then shuffles the order
+    of the tasks), and an optional ``task_names`` (T,) names them (metrics.json, the
+    ``per_dataset`` transforms). Everything is checked here (so ``--dry-run`` catches it): a readable npz, uint8
     images with 1, 3 or 4 channels last (channel-first arrays are named as such),
     1-D integer labels >= 0, one label per image, no empty split, and every class
     present in both splits.
@@ -68,6 +73,7 @@ def array_source(root, download: bool, options: dict) -> RawData:
         setattr(data, f"{split}_x", x)
         setattr(data, f"{split}_y", _check_labels(path, split, getattr(data, f"{split}_y"), len(x)))
     _check_class_coverage(path, data.train_y, data.test_y)
+    _check_task_groups(path, data)
     return data
 
 
@@ -89,6 +95,8 @@ def _read_npz(path: Path) -> RawData:
                 raise DataError(f"array dataset {path}: missing arrays {missing}; expected {ARRAY_LAYOUT}")
             arrays = {k: f[k] for k in ("train_x", "train_y", "test_x", "test_y")}
             classes = [str(c) for c in f["classes"]] if "classes" in f.files else None
+            groups = f["task_groups"] if "task_groups" in f.files else None
+            task_names = [str(n) for n in f["task_names"]] if "task_names" in f.files else None
     except DataError:
         raise
     except Exception as err:  # noqa: BLE001 - BadZipFile, zlib/CRC errors, pickle refusals, EOF: all "unreadable"
@@ -98,7 +106,9 @@ def _read_npz(path: Path) -> RawData:
         reason = f"{type(err).__name__}: {err}"
         raise DataError(f"array dataset {path}: not a readable .npz archive ({reason}); the file may be truncated "
                         f"or not an npz; expected {ARRAY_LAYOUT} (write it with numpy.savez)") from err
-    return RawData(arrays["train_x"], arrays["train_y"], arrays["test_x"], arrays["test_y"], classes)
+    info = {"datasets": task_names} if task_names is not None else {}
+    return RawData(arrays["train_x"], arrays["train_y"], arrays["test_x"], arrays["test_y"], classes,
+                   task_groups=None if groups is None else groups, info=info)
 
 
 def _check_images(path: Path, split: str, x: np.ndarray) -> np.ndarray:
@@ -141,6 +151,27 @@ def _check_class_coverage(path: Path, train_y: np.ndarray, test_y: np.ndarray) -
         if absent:
             raise DataError(f"array dataset {path}: classes {absent[:10]} have no {split} images (labels must "
                             f"cover 0..{len(classes) - 1} in both splits)")
+
+
+def _check_task_groups(path: Path, data: RawData) -> None:
+    """``task_groups`` (T, k) integers covering every class exactly once -> lists; ``task_names`` one per row."""
+    groups, names = data.task_groups, data.info.get("datasets")
+    if groups is None:
+        if names is not None:
+            raise DataError(f"array dataset {path}: task_names without task_groups; {FIXED_TASKS_LAYOUT}")
+        return
+    groups = np.asarray(groups)
+    num_classes = int(max(data.train_y.max(), data.test_y.max())) + 1
+    if groups.ndim != 2 or groups.dtype.kind not in "iu" or groups.size == 0:
+        raise DataError(f"array dataset {path}: task_groups has shape {groups.shape} and dtype {groups.dtype}; "
+                        f"{FIXED_TASKS_LAYOUT}")
+    if sorted(groups.ravel().tolist()) != list(range(num_classes)):
+        raise DataError(f"array dataset {path}: task_groups must list each class 0..{num_classes - 1} exactly "
+                        f"once; {FIXED_TASKS_LAYOUT}")
+    if names is not None and len(names) != len(groups):
+        raise DataError(f"array dataset {path}: {len(names)} task_names for {len(groups)} task_groups rows; "
+                        f"{FIXED_TASKS_LAYOUT}")
+    data.task_groups = [[int(c) for c in row] for row in groups]
 
 
 @register_source("cifar100")

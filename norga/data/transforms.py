@@ -15,6 +15,7 @@ A recipe builds the train and the test transform for an image size. Registered:
 * ``backbone`` — norga's own: RandomResizedCrop(size) (bilinear), flip; test
   Resize(round(256/224 * size)) (bilinear), CenterCrop; both normalised with
   the backbone's own mean/std (timm's pretrained config).
+* ``plain`` — no augmentation: train = test = ``backbone``'s test transform.
 
 Differences from the authors' code we keep on purpose: their CIFAR train crop
 is hard-coded to 224 px (ours: ``size``), and their test transform skips the
@@ -99,6 +100,16 @@ def backbone_recipe(size: int, train: bool, mean: Sequence[float], std: Sequence
     if train:
         return T.Compose([T.RandomResizedCrop(size), T.RandomHorizontalFlip(), *normalize])
     return T.Compose([T.Resize(int(round(256 / 224 * size))), T.CenterCrop(size), *normalize])
+
+
+@register_recipe("plain")
+def plain_recipe(size: int, train: bool, mean: Sequence[float], std: Sequence[float]) -> T.Compose:
+    """No augmentation: training images get the ``backbone`` test transform (resize, centre crop, normalise).
+
+    For short budgets, where a head trained on augmented images would be compared with
+    one trained on clean cached features (see bench/real_data_cpu.py).
+    """
+    return backbone_recipe(size, False, mean, std)
 
 
 def build_transforms(image_size: int, mean: Sequence[float], std: Sequence[float], train: bool,

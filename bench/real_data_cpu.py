@@ -1,0 +1,291 @@
+"""Real-data benchmarks on a 2-core CPU: NoRGa vs HiDe-Prompt (linear gate) vs no prompts, paired over seeds.
+
+    python bench/real_data_cpu.py                                   # the evidence regime, all arms, seeds 1-5
+    python bench/real_data_cpu.py --seeds 1 2 --only no_prompt      # a part of it (resumes, appends rows)
+    python bench/real_data_cpu.py --quick                           # < 2 minutes: every arm, 2 seeds, tiny budget
+    python bench/real_data_cpu.py --regime cifar100_first --seeds 42 43   # the first, too-small regime
+
+A regime (``REGIMES``) is a base config plus its arms; every arm changes only the
+overrides listed for it, so data subset, class order and initialisation are the same
+for all arms of a seed (paired). Each run is a normal run directory under
+``--runs-dir`` (re-running resumes it; a finished run is only re-read), and its row is
+written to ``bench/results/<regime>.md`` / ``.json`` as soon as it finishes, with the
+per-arm statistics (mean ± std, 95% t interval over seeds), the paired differences
+of ``Regime.pairs`` and a figure (``.png``) refreshed after every run.
+
+Regimes: ``evidence`` (configs/bench/evidence_cpu.yaml: a mixed-domain sequence of
+MNIST, Fashion-MNIST and two CIFAR-100 groups built by bench/mixed_domains.py;
+why this regime: README "Evidence benchmark") and ``cifar100_first``
+(configs/bench/cifar100_cpu.yaml: the first regime, kept for reference).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, List, Tuple
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from bench import mixed_domains  # noqa: E402
+from norga.config import load_config  # noqa: E402
+from norga.summary_stats import describe, paired  # noqa: E402
+
+WEIGHTS_FILE = "weights/dinov2_vits14_imgfocus.safetensors"
+STAT_COLUMNS = ("FA", "CA", "FM", "TIL_FA")
+
+
+@dataclass(frozen=True)
+class Regime:
+    config: str  # base config, relative to the repository
+    arms: Dict[str, List[str]]  # arm -> overrides on top of the config (the only differences between arms)
+    seeds: List[int]  # default seeds
+    quick: List[str]  # overrides of --quick
+    data: Callable[[argparse.Namespace], Path]  # -> data.root (built if needed)
+    pairs: List[Tuple[str, str]] = field(default_factory=list)  # (a, b): a − b paired by seed
+    description: str = ""
+
+
+def cifar100_root(args) -> Path:
+    return args.shared / "data" / "cifar100.npz"
+
+
+def mixed_root(args) -> Path:
+    return mixed_domains.build(args.shared, args.fashion_dir, args.data_dir / "mixed_domains.npz")
+
+
+LINEAR, TANH, NO_PROMPT = ["method.gate={name: linear}"], ["method.gate={name: norga, activation: tanh}"], \
+    ["method.prompt_length=0"]
+REGIMES: Dict[str, Regime] = {
+    "evidence": Regime(
+        "configs/bench/evidence_cpu.yaml",
+        {"hideprompt": LINEAR, "norga_tanh": TANH, "no_prompt": NO_PROMPT},
+        seeds=[1, 2, 3, 4, 5],
+        quick=["data.train_per_class=4", "data.test_per_class=4", "method.wtp.epochs=1", "method.tii.epochs=2",
+               "method.tii.align_epochs=1", "method.tap.epochs=1", "method.tap.samples_per_class=8"],
+        data=mixed_root,
+        pairs=[("norga_tanh", "hideprompt"), ("hideprompt", "no_prompt"), ("norga_tanh", "no_prompt")],
+        description="mixed domains (MNIST, Fashion-MNIST, 2 CIFAR-100 groups; 4 tasks x 10 classes), "
+                    "configs/bench/evidence_cpu.yaml"),
+    "cifar100_first": Regime(
+        "configs/bench/cifar100_cpu.yaml",
+        {"hideprompt": LINEAR, "norga_tanh": TANH,
+         "norga_sigmoid": ["method.gate.name=norga", "method.gate.activation=sigmoid"],
+         "norga_gelu": ["method.gate.name=norga", "method.gate.activation=gelu"], "no_prompt": NO_PROMPT},
+        seeds=[42],
+        quick=["data.num_tasks=2", "data.classes_per_task=50", "data.train_per_class=3", "data.test_per_class=2",
+               "method.wtp.epochs=1", "method.tii.epochs=5", "method.tii.align_epochs=2", "method.tap.epochs=2"],
+        data=cifar100_root,
+        pairs=[("norga_tanh", "hideprompt"), ("hideprompt", "no_prompt")],
+        description="Split CIFAR-100 (10 x 10, reduced: see configs/bench/cifar100_cpu.yaml), the first regime"),
+}
+
+
+def check_weights(shared: Path) -> None:
+    """Exit with a clear message when the real backbone weights are missing."""
+    if not (shared / WEIGHTS_FILE).is_file():
+        sys.exit(f"error: this benchmark needs {shared / WEIGHTS_FILE} (DINOv2 ViT-S/14 in timm's layout, "
+                 "safetensors; ../shared/weights/README.md). Elsewhere, export timm's 'vit_small_patch14_dinov2' "
+                 "yourself and pass --shared DIR (with data/cifar100.npz and data/mnist.npz).")
+    for name in ("cifar100.npz", "mnist.npz"):
+        if not (shared / "data" / name).is_file():
+            sys.exit(f"error: missing {shared / 'data' / name}: CIFAR-100 / MNIST as .npz with train_x/train_y/"
+                     "test_x/test_y (uint8); ../shared/data/README.md; pass --shared DIR")
+
+
+def mean_of(values) -> float:
+    values = [v for v in values if v is not None]
+    return sum(values) / len(values) if values else math.nan
+
+
+def row_of(arm: str, seed: int, metrics: dict, minutes: float) -> dict:
+    """One table row: accuracies as fractions; the diagnostics averaged over tasks (NaN without prompts)."""
+    tii = metrics["tii_accuracy"]
+    diag = (metrics.get("method") or {}).get("diagnostics") or []
+    return {"run": arm, "seed": seed, "FA": metrics["FA"], "CA": metrics["CA"], "FM": metrics["FM"],
+            "TIL_FA": metrics["til_FA"], "TII": sum(tii) / len(tii),
+            "probe_gain": mean_of(d["til_prompted_after_tap"] - d["til_frozen_probe"] for d in diag),
+            "wtp_gain": mean_of(d["til_prompted_before_tap"] - d["til_frozen_probe"] for d in diag),
+            "feat_trained": mean_of(d["feature_change_trained"] for d in diag),
+            "feat_random": mean_of(d["feature_change_random"] for d in diag),
+            "minutes": minutes}
+
+
+def run_one(regime: Regime, arm: str, seed: int, args) -> dict:
+    from norga.continual import run_training
+
+    overrides = regime.arms[arm] + [f"seed={seed}", f"data.root={args.data_root}",
+                                    f"model.checkpoint={args.shared / WEIGHTS_FILE}"]
+    cfg = load_config(REPO / regime.config, overrides + (regime.quick if args.quick else []))
+    start = time.time()
+    metrics = run_training(cfg, args.runs_dir / f"{arm}_seed{seed}")
+    if metrics.get("completed_tasks") != cfg.data.num_tasks:
+        raise RuntimeError(f"run {arm} seed {seed} did not complete all tasks")
+    minutes = sum(metrics["task_seconds"]) / 60  # training + evaluation of all tasks, also across resumes
+    print(f"{arm} seed {seed}: FA {metrics['FA']:.4f} TIL_FA {metrics['til_FA']:.4f} "
+          f"({(time.time() - start) / 60:.1f} min in this call)", flush=True)
+    return row_of(arm, seed, metrics, minutes)
+
+
+# ---- results: rows, statistics, figure ---------------------------------------------------------------
+ROW_COLUMNS = ("FA", "CA", "FM", "TIL_FA", "TII", "probe_gain", "wtp_gain", "feat_trained", "feat_random")
+PERCENT = {"FA", "CA", "FM", "TIL_FA", "TII", "probe_gain", "wtp_gain"}
+
+
+def _cell(row: dict, key: str) -> str:
+    v = row.get(key)
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "–"
+    return f"{100 * v:.2f}" if key in PERCENT else f"{v:.3f}"
+
+
+def rows_table(rows: List[dict]) -> List[str]:
+    lines = ["| run | seed | " + " | ".join(ROW_COLUMNS) + " | minutes |", "|---" * (len(ROW_COLUMNS) + 3) + "|"]
+    for r in sorted(rows, key=lambda r: (r["seed"], r["run"])):
+        lines.append(f"| {r['run']} | {r['seed']} | " + " | ".join(_cell(r, k) for k in ROW_COLUMNS)
+                     + f" | {r['minutes']:.1f} |")
+    return lines
+
+
+def by_seed(rows: List[dict], arm: str, metric: str) -> Dict[int, float]:
+    """{seed: value in %} of one arm (rows without the metric are skipped)."""
+    return {r["seed"]: 100 * r[metric] for r in rows if r["run"] == arm and r.get(metric) is not None}
+
+
+def _interval(e) -> str:
+    return "–" if e.n < 2 else f"{e.mean:+.2f} [{e.low:+.2f}, {e.high:+.2f}]"
+
+
+def statistics(rows: List[dict], regime: Regime) -> dict:
+    """Per arm: describe() of each STAT_COLUMNS metric (in %); per pair: paired differences (points)."""
+    arms = [a for a in regime.arms if any(r["run"] == a for r in rows)]
+    per_arm = {a: {m: describe(list(by_seed(rows, a, m).values())) for m in STAT_COLUMNS} for a in arms}
+    pairs = {}
+    for a, b in regime.pairs:
+        if a in arms and b in arms and set(by_seed(rows, a, "FA")) & set(by_seed(rows, b, "FA")):
+            pairs[f"{a} − {b}"] = {m: paired(by_seed(rows, a, m), by_seed(rows, b, m)) for m in STAT_COLUMNS}
+    return {"arms": per_arm, "pairs": pairs}
+
+
+def statistics_lines(stats: dict) -> List[str]:
+    lines = ["Per arm: mean ± sample std over seeds, [95% Student-t interval of the mean] (%):", "",
+             "| arm | seeds | " + " | ".join(STAT_COLUMNS) + " |", "|---" * (len(STAT_COLUMNS) + 2) + "|"]
+    for arm, est in stats["arms"].items():
+        cells = [f"{e.mean:.2f} ± {e.std:.2f} [{e.low:.2f}, {e.high:.2f}]" if e.n > 1 else f"{e.mean:.2f}"
+                 for e in est.values()]
+        lines.append(f"| {arm} | {est['FA'].n} | " + " | ".join(cells) + " |")
+    if stats["pairs"]:
+        lines += ["", "Paired differences (percentage points; mean [95% t interval]; *resolved* = the interval "
+                  "excludes 0):", "", "| difference | seeds | " + " | ".join(STAT_COLUMNS) + " |",
+                  "|---" * (len(STAT_COLUMNS) + 2) + "|"]
+        for name, per_metric in stats["pairs"].items():
+            seeds = per_metric["FA"][0]
+            cells = []
+            for seeds_m, e in per_metric.values():
+                resolved = e.n > 1 and (e.low > 0 or e.high < 0)
+                cells.append(_interval(e) + (" *resolved*" if resolved else ""))
+            lines.append(f"| {name} | {len(seeds)} | " + " | ".join(cells) + " |")
+    return lines
+
+
+class _Arm:
+    """Adapter for norga.plots.comparison_figure: an arm's rows as a group of runs (values in %)."""
+
+    def __init__(self, name: str, rows: List[dict]):
+        self.name, self.rows = name, [r for r in rows if r["run"] == name]
+        self.runs = [self._Run(r) for r in self.rows]
+
+    class _Run:
+        def __init__(self, row):
+            self.row = row
+
+        def values(self):
+            return {m: 100 * self.row[m] for m in ("FA", "TIL_FA")}
+
+    def estimates(self):
+        return {m: describe([r.values()[m] for r in self.runs]) for m in ("FA", "TIL_FA")}
+
+
+def save_results(rows: List[dict], regime: Regime, stem: Path, header: str) -> None:
+    """Write <stem>.json (rows), <stem>.md (rows + statistics) and <stem>.png atomically."""
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    stats = statistics(rows, regime)
+    text = "\n".join([header, "", *rows_table(rows), "", *statistics_lines(stats), ""])
+    for path, content in ((stem.with_suffix(".json"), json.dumps(rows, indent=1)), (stem.with_suffix(".md"), text)):
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(content)
+        os.replace(tmp, path)
+    arms = [_Arm(a, rows) for a in regime.arms if any(r["run"] == a for r in rows)]
+    if arms:
+        from norga.plots import comparison_figure
+
+        pair = next(iter(stats["pairs"].items()), None)
+        pair_arg = None
+        if pair is not None and all(e.n > 1 for _, e in pair[1].values()):
+            a, b = pair[0].split(" − ")
+            arms = [x for x in arms if x.name == a] + [x for x in arms if x.name == b] + \
+                [x for x in arms if x.name not in (a, b)]
+            pair_arg = (pair[1]["FA"][0], {m: pair[1][m][1] for m in ("FA", "TIL_FA")})
+        comparison_figure(stem.with_suffix(".png"), arms, ["FA", "TIL_FA"], pair_arg)
+
+
+def load_rows(stem: Path) -> list:
+    path = stem.with_suffix(".json")
+    return json.loads(path.read_text()) if path.is_file() else []
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--regime", choices=sorted(REGIMES), default="evidence")
+    p.add_argument("--only", nargs="+", default=None, help="arms to run (default: all arms of the regime)")
+    p.add_argument("--seeds", nargs="+", type=int, default=None, help="seeds (default: the regime's)")
+    p.add_argument("--quick", action="store_true",
+                   help="tiny budget, every stage, the regime's first two seeds (< 2 minutes)")
+    p.add_argument("--shared", type=Path, default=REPO.parent / "shared", help="folder with data/ and weights/")
+    p.add_argument("--fashion-dir", type=Path, default=mixed_domains.FASHION_DIR, help="Fashion-MNIST idx files")
+    p.add_argument("--data-dir", type=Path, default=REPO / "runs" / "bench_data", help="built data files")
+    p.add_argument("--runs-dir", type=Path, default=None, help="run directories (default: runs/bench_<regime>)")
+    p.add_argument("--results", type=Path, default=None, help="results path without suffix "
+                   "(default: bench/results/<regime>[_quick]; cifar100_first keeps cifar100_cpu)")
+    args = p.parse_args(argv)
+    regime = REGIMES[args.regime]
+    unknown = sorted(set(args.only or []) - set(regime.arms))
+    if unknown:
+        p.error(f"unknown arm(s) {unknown} for regime {args.regime}; arms: {sorted(regime.arms)}")
+    suffix = "_quick" if args.quick else ""
+    stem = {"cifar100_first": "cifar100_cpu", "evidence": "evidence_cpu"}[args.regime]
+    runs = {"cifar100_first": "bench_cifar100_cpu_authors", "evidence": "bench_evidence_cpu"}[args.regime]
+    args.runs_dir = args.runs_dir or REPO / "runs" / f"{runs}{suffix}"
+    args.results = args.results or REPO / "bench" / "results" / f"{stem}{suffix}"
+    return args, regime
+
+
+def main(argv=None) -> int:
+    args, regime = parse_args(argv)
+    check_weights(args.shared)
+    args.data_root = regime.data(args)
+    import torch
+
+    header = (f"{regime.description}{' QUICK' if args.quick else ''}; the authors' training semantics "
+              f"(docs/fidelity.md); torch threads {torch.get_num_threads()}; accuracies in %, averages over "
+              "tasks; probe_gain / wtp_gain = TIL of ψ on prompted features after / before TAP minus a linear "
+              "probe on frozen features (mean over tasks, points); feat_trained / feat_random = relative feature "
+              "change by the trained / a random prompt of the same norm.")
+    rows = load_rows(args.results)
+    for seed in args.seeds or (regime.seeds[:2] if args.quick else regime.seeds):
+        for arm in args.only or list(regime.arms):
+            row = run_one(regime, arm, seed, args)
+            rows = [r for r in rows if (r["run"], r["seed"]) != (arm, seed)] + [row]
+            save_results(rows, regime, args.results, header)
+    print("\n".join(statistics_lines(statistics(rows, regime))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

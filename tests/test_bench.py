@@ -1,0 +1,125 @@
+"""The real-data benchmark's own machinery: mixed-domain data file, statistics over seeds, results files, configs."""
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import REPO_ROOT
+
+sys.path.insert(0, str(REPO_ROOT))
+
+from bench import mixed_domains, real_data_cpu  # noqa: E402
+from norga.config import load_config  # noqa: E402
+from norga.data.benchmark import build_benchmark  # noqa: E402
+
+
+def _write_idx(path, array: np.ndarray) -> None:
+    header = bytes([0, 0, 8, array.ndim]) + b"".join(int(d).to_bytes(4, "big") for d in array.shape)
+    with gzip.open(path, "wb") as f:
+        f.write(header + array.astype(np.uint8).tobytes())
+
+
+@pytest.fixture
+def sources(tmp_path):
+    """Tiny stand-ins in the real layouts: shared/data/{mnist,cifar100}.npz and Fashion-MNIST idx files."""
+    rng = np.random.default_rng(0)
+    data = tmp_path / "shared" / "data"
+    data.mkdir(parents=True)
+    for name, shape, classes in (("mnist", (28, 28), 10), ("cifar100", (32, 32, 3), 100)):
+        arrays = {f"{s}_{k}": v for s, n in (("train", 4), ("test", 2)) for k, v in (
+            ("x", rng.integers(1, 255, (classes * n, *shape), dtype=np.uint8)),
+            ("y", np.repeat(np.arange(classes), n)))}
+        np.savez(data / f"{name}.npz", **arrays, classes=np.array([f"{name}{c}" for c in range(classes)]))
+    fashion = tmp_path / "fashion"
+    fashion.mkdir()
+    for stem, n in (("train", 4), ("t10k", 2)):
+        _write_idx(fashion / f"{stem}-images-idx3-ubyte.gz", rng.integers(1, 255, (10 * n, 28, 28)))
+        _write_idx(fashion / f"{stem}-labels-idx1-ubyte.gz", np.repeat(np.arange(10), n))
+    return tmp_path / "shared", fashion
+
+
+def test_mixed_domains_file_layout(sources, tmp_path, monkeypatch):
+    monkeypatch.setattr(mixed_domains, "POOL_TRAIN", 3)
+    monkeypatch.setattr(mixed_domains, "POOL_TEST", 2)
+    out = mixed_domains.build(*sources, tmp_path / "mixed.npz")
+    with np.load(out) as f:
+        assert f["train_x"].shape == (4 * 10 * 3, 32, 32, 3) and f["test_x"].shape == (4 * 10 * 2, 32, 32, 3)
+        assert list(f["task_names"]) == list(mixed_domains.DOMAINS)
+        assert f["task_groups"].tolist() == [list(range(10 * t, 10 * t + 10)) for t in range(4)]
+        grey = f["train_x"][f["train_y"] == 3][0]  # an MNIST image: zero border of 2 px, equal channels
+        assert grey[:2].max() == 0 and grey[:, -2:].max() == 0 and grey[2:-2, 2:-2].min() > 0
+        assert (grey[..., 0] == grey[..., 2]).all()
+        assert str(f["classes"][25]) == "cifar100_a:cifar1005" and str(f["classes"][11]) == "fashion_mnist:Trouser"
+    bench = build_benchmark("array", out, 4, seed=3, image_size=16, transforms="plain", train_per_class=2)
+    assert sorted(bench.info()["datasets"]) == sorted(mixed_domains.DOMAINS)
+    before = out.stat().st_mtime_ns
+    assert mixed_domains.build(*sources, out).stat().st_mtime_ns == before  # same recipe: reused
+    monkeypatch.setattr(mixed_domains, "POOL_TEST", 1)
+    with np.load(mixed_domains.build(*sources, out)) as f:  # changed recipe: rebuilt
+        assert f["test_x"].shape[0] == 40
+
+
+def test_missing_fashion_mnist_names_the_fix(sources, tmp_path):
+    with pytest.raises(SystemExit, match="apt-get install -y dataset-fashion-mnist"):
+        mixed_domains.build(sources[0], tmp_path / "nowhere", tmp_path / "mixed.npz")
+
+
+def _rows():
+    """Two arms over three seeds with hand-picked values (fractions)."""
+    a = {1: 0.50, 2: 0.60, 3: 0.55}
+    b = {1: 0.40, 2: 0.45, 3: 0.47}
+    rows = []
+    for arm, values in (("hideprompt", a), ("no_prompt", b)):
+        for seed, v in values.items():
+            rows.append({"run": arm, "seed": seed, "FA": v, "CA": v, "FM": 0.1, "TIL_FA": v + 0.2, "TII": 0.5,
+                         "probe_gain": math.nan, "wtp_gain": math.nan, "feat_trained": math.nan,
+                         "feat_random": math.nan, "minutes": 1.0})
+    return rows
+
+
+def test_paired_statistics_by_hand(tmp_path):
+    regime = real_data_cpu.REGIMES["evidence"]
+    stats = real_data_cpu.statistics(_rows(), regime)
+    assert list(stats["arms"]) == ["hideprompt", "no_prompt"]
+    assert stats["arms"]["hideprompt"]["FA"].mean == pytest.approx(55.0)
+    seeds, diff = stats["pairs"]["hideprompt − no_prompt"]["FA"]
+    assert seeds == [1, 2, 3]
+    d = np.array([10.0, 15.0, 8.0])  # differences in points, t_{0.975, 2} = 4.302653
+    half = 4.302653 * d.std(ddof=1) / math.sqrt(3)
+    assert (diff.mean, diff.low, diff.high) == pytest.approx((d.mean(), d.mean() - half, d.mean() + half), abs=1e-4)
+    stem = tmp_path / "res"
+    real_data_cpu.save_results(_rows(), regime, stem, "header")
+    text = stem.with_suffix(".md").read_text()
+    assert "| hideprompt − no_prompt | 3 | +11.00 [+2.04, +19.96] *resolved*" in text
+    assert json.loads(stem.with_suffix(".json").read_text()) == json.loads(json.dumps(_rows()))
+    assert stem.with_suffix(".png").stat().st_size > 0
+
+
+def test_unresolved_difference_is_not_marked(tmp_path):
+    rows = _rows()
+    for r in rows:
+        if r["run"] == "no_prompt" and r["seed"] == 2:
+            r["FA"] = 0.70  # differences +10, -10, +8: the interval contains 0
+    line = [ln for ln in real_data_cpu.statistics_lines(real_data_cpu.statistics(rows, real_data_cpu.REGIMES[
+        "evidence"])) if ln.startswith("| hideprompt − no_prompt")][0]
+    assert "+2.67 [" in line and "*resolved*" not in line.split("|")[3]
+
+
+@pytest.mark.parametrize("regime", sorted(real_data_cpu.REGIMES))
+def test_every_arm_resolves_to_a_valid_config(regime, tmp_path):
+    """Each arm's overrides load on the regime's config and differ from the other arms only in method keys."""
+    r = real_data_cpu.REGIMES[regime]
+    configs = {arm: load_config(REPO_ROOT / r.config, overrides + r.quick) for arm, overrides in r.arms.items()}
+    data = {c.data.name for c in configs.values()}, {c.data.num_tasks for c in configs.values()}
+    assert all(len(s) == 1 for s in data)
+    for arm, cfg in configs.items():
+        if arm == "no_prompt":
+            assert cfg.method.prompt_length == 0
+        else:
+            assert cfg.method.prompt_length > 0 and cfg.method.gate["name"] == ("linear" if arm == "hideprompt"
+                                                                               else "norga")
