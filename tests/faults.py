@@ -22,7 +22,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import List
+from typing import List, Optional
 
 REPO = Path(__file__).resolve().parents[1]
 SMOKE = REPO / "configs" / "smoke.yaml"
@@ -45,10 +45,11 @@ def train(out: Path, *extra: str, timeout: float = 600) -> subprocess.CompletedP
                           text=True, timeout=timeout, env=ENV, cwd=REPO)
 
 
-def train_with_fault(out: Path, spec: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    """The tiny run with a fault (see module docstring) in a fresh process."""
-    return subprocess.run([sys.executable, str(Path(__file__)), spec, "--", *train_args(out)], capture_output=True,
-                          text=True, timeout=timeout, env=ENV, cwd=REPO)
+def train_with_fault(out: Path, spec: str, timeout: float = 600, args: Optional[List[str]] = None
+                     ) -> subprocess.CompletedProcess:
+    """The tiny run (or ``train.py`` with ``args``) with a fault (see module docstring) in a fresh process."""
+    return subprocess.run([sys.executable, str(Path(__file__)), spec, "--", *(args or train_args(out))],
+                          capture_output=True, text=True, timeout=timeout, env=ENV, cwd=REPO)
 
 
 def error_lines(stderr: str) -> List[str]:

@@ -49,9 +49,12 @@ def frozen_features(model: nn.Module, x: Tensor, index: Tensor, cache: FeatureCa
 
 
 @torch.no_grad()
-def prompted_features(model: nn.Module, x: Tensor, index: Tensor, prompt_ids: Tensor, task_prompts: Tensor,
+def prompted_features(model: nn.Module, x: Tensor, index: Tensor, prompt_ids: Tensor, task_prompts,
                       cache: FeatureCache, task: int, n: int) -> Tensor:
     """Features (B, D) of images ``x`` (B, C, H, W), sample b prompted with ``task_prompts[prompt_ids[b]]``.
+
+    ``task_prompts``: stacked prefix prompts (T, ...), or a function ``(k, m) -> prompts`` giving the
+    forward's prompts for m samples of prompt id k (e.g. a :class:`~norga.models.PromptInput` of tokens).
 
     ``index`` (B,) are the samples' positions in test task ``task`` (size ``n``);
     only pairs missing from ``cache`` are computed, one forward per prompt id.
@@ -62,7 +65,8 @@ def prompted_features(model: nn.Module, x: Tensor, index: Tensor, prompt_ids: Te
         feats, have = cache.slot(task, k, n, model.embed_dim)
         missing = chosen & ~have[index]
         if missing.any():
-            prompt = task_prompts[k].expand(int(missing.sum()), *task_prompts.shape[1:])
+            m = int(missing.sum())
+            prompt = task_prompts(k, m) if callable(task_prompts) else task_prompts[k].expand(m, *task_prompts.shape[1:])
             feats[index[missing]] = model(x[missing.to(x.device)], prompt).float().cpu()
             have[index[missing]] = True
         out[chosen] = feats[index[chosen]]

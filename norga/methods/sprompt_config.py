@@ -1,0 +1,34 @@
+"""Config section of the ``sprompt`` method: S-Prompts with one common head (torch-free).
+
+Wang, Huang, Hong, "S-Prompts Learning with Pre-trained Transformers" (NeurIPS 2022), adapted to
+class-incremental learning as the NoRGa paper's Appendix D says: one prompt per task, one common
+classifier head, the task of a test sample = the task of its nearest K-means centroid of frozen
+features. Defaults follow the official code (iamwangyabin/S-Prompts, ``methods/sprompt.py`` and
+``models/sinet.py``) where it has a value; README "Methods" lists every difference.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..config import MethodConfig, _f
+from . import method_config
+
+
+@method_config("sprompt", module="norga.methods.sprompt")
+@dataclass
+class SPromptConfig(MethodConfig):
+    name: str = _f("sprompt")
+    prompt_length: int = _f(10, ge=1)  # tokens prepended after the class token at block 0 (official: 10)
+    # official: fresh nn.Linear-style init per task, U(-1/sqrt(D), 1/sqrt(D)); previous: copy the last prompt
+    prompt_init: str = _f("official", choices=("official", "previous"))
+    centroids_per_task: int = _f(5, ge=1)  # official: KMeans(n_clusters=5)
+    # l1: sum_i |x_i - c_i| (official code: ((x - c) ** 2) ** 0.5 summed); l2: Euclidean
+    distance: str = _f("l1", choices=("l1", "l2"))
+    normalize_query: bool = _f(True)  # official: L2-normalised frozen class token, for K-means and selection
+    epochs: int = _f(20, ge=0)  # official ViT config is unusable (see README); 20 = NoRGa authors' CIFAR setting
+    lr: float = _f(0.01, gt=0.0)  # official: 0.01
+    batch_size: int = _f(128, ge=1)  # official: 128
+    optimizer: str = _f("sgd", choices=("sgd", "adam"))  # official: SGD momentum 0.9
+    weight_decay: float = _f(2e-4, ge=0.0)  # official: 2e-4 after the first task
+    schedule: str = _f("cosine", choices=("cosine", "constant"))  # official: CosineAnnealingLR over the epochs
+    head_init: str = _f("trunc_normal", choices=("trunc_normal", "pytorch"))
