@@ -173,6 +173,30 @@ def statistics(rows: List[dict], regime: Regime) -> dict:
     return {"arms": per_arm, "pairs": pairs}
 
 
+DIAGNOSTICS = ("probe_gain", "wtp_gain", "feat_trained", "feat_random")
+
+
+def diagnostics_lines(rows: List[dict], regime: Regime) -> List[str]:
+    """Per prompted arm: mean [95% t interval] over seeds of each run's task-mean diagnostics."""
+    lines = []
+    for arm in regime.arms:
+        values = {k: [r[k] for r in rows if r["run"] == arm and r.get(k) is not None and not math.isnan(r[k])]
+                  for k in DIAGNOSTICS}
+        if not values["probe_gain"]:
+            continue
+        cells = []
+        for k, v in values.items():
+            e, scale = describe(v), (100 if k in PERCENT else 1)
+            digits = 2 if k in PERCENT else 3
+            cells.append(f"{scale * e.mean:.{digits}f}" + ("" if e.n < 2 else
+                         f" [{scale * e.low:.{digits}f}, {scale * e.high:.{digits}f}]"))
+        lines.append(f"| {arm} | {len(values['probe_gain'])} | " + " | ".join(cells) + " |")
+    if not lines:
+        return []
+    return ["Diagnostics, task means per run, then mean [95% t interval] over seeds (gains in points):", "",
+            "| arm | seeds | " + " | ".join(DIAGNOSTICS) + " |", "|---" * (len(DIAGNOSTICS) + 2) + "|", *lines]
+
+
 def statistics_lines(stats: dict) -> List[str]:
     lines = ["Per arm: mean ± sample std over seeds, [95% Student-t interval of the mean] (%):", "",
              "| arm | seeds | " + " | ".join(STAT_COLUMNS) + " |", "|---" * (len(STAT_COLUMNS) + 2) + "|"]
@@ -216,7 +240,8 @@ def save_results(rows: List[dict], regime: Regime, stem: Path, header: str) -> N
     """Write <stem>.json (rows), <stem>.md (rows + statistics) and <stem>.png atomically."""
     stem.parent.mkdir(parents=True, exist_ok=True)
     stats = statistics(rows, regime)
-    text = "\n".join([header, "", *rows_table(rows), "", *statistics_lines(stats), ""])
+    text = "\n".join([header, "", *rows_table(rows), "", *statistics_lines(stats), "",
+                      *diagnostics_lines(rows, regime), ""])
     for path, content in ((stem.with_suffix(".json"), json.dumps(rows, indent=1)), (stem.with_suffix(".md"), text)):
         tmp = path.with_suffix(path.suffix + ".tmp")
         tmp.write_text(content)
@@ -247,6 +272,7 @@ def parse_args(argv=None):
     p.add_argument("--seeds", nargs="+", type=int, default=None, help="seeds (default: the regime's)")
     p.add_argument("--quick", action="store_true",
                    help="tiny budget, every stage, the regime's first two seeds (< 2 minutes)")
+    p.add_argument("--report", action="store_true", help="only rewrite the .md/.png from the rows in the .json")
     p.add_argument("--shared", type=Path, default=REPO.parent / "shared", help="folder with data/ and weights/")
     p.add_argument("--fashion-dir", type=Path, default=mixed_domains.FASHION_DIR, help="Fashion-MNIST idx files")
     p.add_argument("--data-dir", type=Path, default=REPO / "runs" / "bench_data", help="built data files")
@@ -266,18 +292,28 @@ def parse_args(argv=None):
     return args, regime
 
 
-def main(argv=None) -> int:
-    args, regime = parse_args(argv)
-    check_weights(args.shared)
-    args.data_root = regime.data(args)
+def header_of(regime: Regime, quick: bool) -> str:
     import torch
 
-    header = (f"{regime.description}{' QUICK' if args.quick else ''}; the authors' training semantics "
-              f"(docs/fidelity.md); torch threads {torch.get_num_threads()}; accuracies in %, averages over "
-              "tasks; probe_gain / wtp_gain = TIL of ψ on prompted features after / before TAP minus a linear "
-              "probe on frozen features (mean over tasks, points); feat_trained / feat_random = relative feature "
-              "change by the trained / a random prompt of the same norm.")
+    return (f"{regime.description}{' QUICK' if quick else ''}; the authors' training semantics "
+            f"(docs/fidelity.md); torch threads {torch.get_num_threads()}; accuracies in %, averages over "
+            "tasks; probe_gain / wtp_gain = TIL of ψ on prompted features after / before TAP minus a linear "
+            "probe on frozen features (mean over tasks, points); feat_trained / feat_random = relative feature "
+            "change by the trained / a random prompt of the same norm.")
+
+
+def main(argv=None) -> int:
+    args, regime = parse_args(argv)
+    header = header_of(regime, args.quick)
     rows = load_rows(args.results)
+    if args.report:
+        if not rows:
+            sys.exit(f"error: no rows in {args.results.with_suffix('.json')}; run the benchmark first")
+        save_results(rows, regime, args.results, header)
+        print(args.results.with_suffix(".md").read_text())
+        return 0
+    check_weights(args.shared)
+    args.data_root = regime.data(args)
     for seed in args.seeds or (regime.seeds[:2] if args.quick else regime.seeds):
         for arm in args.only or list(regime.arms):
             row = run_one(regime, arm, seed, args)

@@ -123,3 +123,18 @@ def test_every_arm_resolves_to_a_valid_config(regime, tmp_path):
         else:
             assert cfg.method.prompt_length > 0 and cfg.method.gate["name"] == ("linear" if arm == "hideprompt"
                                                                                else "norga")
+
+
+def test_report_rewrites_tables_and_diagnostics_from_the_rows(tmp_path, capsys):
+    rows = _rows()
+    for r, gain in zip(rows[:3], (0.02, 0.04, 0.06)):
+        r.update(probe_gain=gain, wtp_gain=0.0, feat_trained=0.3, feat_random=0.1)
+    stem = tmp_path / "res"
+    stem.with_suffix(".json").write_text(json.dumps(rows))
+    assert real_data_cpu.main(["--report", "--results", str(stem)]) == 0
+    text = stem.with_suffix(".md").read_text()
+    half = 4.302653 * 2.0 / math.sqrt(3)  # gains 2, 4, 6 points: std 2
+    assert f"| hideprompt | 3 | 4.00 [{4 - half:.2f}, {4 + half:.2f}] | 0.00 [0.00, 0.00] | 0.300" in text
+    assert "| no_prompt | 3 |" not in text.split("Diagnostics")[1]  # no diagnostics without prompts
+    with pytest.raises(SystemExit, match="no rows"):
+        real_data_cpu.main(["--report", "--results", str(tmp_path / "none")])
