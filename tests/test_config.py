@@ -13,14 +13,15 @@ CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.yaml"
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])
 def test_every_shipped_config_loads(path):
     cfg = load_config(path)
-    expected = "sprompt" if path.stem.endswith("_sprompt") else "hideprompt"
+    expected = next((m for m in ("sprompt", "l2p") if path.stem.endswith(f"_{m}")), "hideprompt")
     assert cfg.data.num_tasks >= 1 and cfg.method.name == expected and cfg.method.prompt_length >= 1
 
 
+@pytest.mark.parametrize("method", ["sprompt", "l2p"])
 @pytest.mark.parametrize("bench", ["cifar100", "imagenet_r"])
-def test_baseline_configs_share_data_model_and_evaluation_with_hideprompt(bench):
+def test_baseline_configs_share_data_model_and_evaluation_with_hideprompt(bench, method):
     root = CONFIGS[0].parent
-    base, hide = load_config(root / f"{bench}_sprompt.yaml"), load_config(root / f"{bench}_hideprompt.yaml")
+    base, hide = load_config(root / f"{bench}_{method}.yaml"), load_config(root / f"{bench}_hideprompt.yaml")
     assert (base.data, base.model, base.seed, base.eval_mask_unseen) == (hide.data, hide.model, hide.seed,
                                                                           hide.eval_mask_unseen)
 

@@ -22,6 +22,9 @@ from test_methods import SMOKE
 SPROMPT = ["method={name: sprompt, prompt_length: 3, centroids_per_task: 2, epochs: 2, lr: 0.05, batch_size: 64}"]
 
 
+TINY_DATA = ["data.classes_per_task=2", "data.options={num_classes: 6, train_per_class: 12, test_per_class: 6}"]
+
+
 def tiny_args(out) -> list:
     """train.py arguments of a 3 x 2-class S-Prompt run (~10 s)."""
     return ["--config", str(SMOKE_CONFIG), "--output-dir", str(out), "--set", "data.classes_per_task=2",
@@ -49,7 +52,7 @@ def test_config_defaults_follow_the_official_code_and_bad_values_are_named():
 @pytest.fixture(scope="module")
 def sprompt_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("runs") / "sprompt"
-    cfg = load_config(SMOKE, SPROMPT)
+    cfg = load_config(SMOKE, TINY_DATA + SPROMPT)
     return cfg, out, run_training(cfg, out)
 
 

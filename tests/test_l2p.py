@@ -1,0 +1,114 @@
+"""L2P: top-k key matching and the surrogate loss by hand, per-sample selection, token placement against timm,
+the pull loss's sign, selection counts, and a run that resumes and re-evaluates identically."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from conftest import build_run_parts, load_run_method, loaders_of
+from faults import SMOKE as SMOKE_CONFIG, comparable, train_with_fault
+from norga.cli import main as norga
+from norga.config import ConfigError, load_config
+from norga.continual import evaluate_run, run_training
+from norga.continual.rundir import RunDir
+from norga.methods.base import TestBatch as Batch
+from norga.methods.l2p import pull_loss, top_k_keys
+from test_methods import SMOKE
+
+L2P = ["method={name: l2p, pool_size: 4, prompt_length: 2, top_k: 2, epochs: 2, lr: 0.01, batch_size: 32, "
+       "scale_lr_by_batch: false}"]
+
+
+TINY_DATA = ["data.classes_per_task=2", "data.options={num_classes: 6, train_per_class: 12, test_per_class: 6}"]
+
+
+def tiny_args(out) -> list:
+    return ["--config", str(SMOKE_CONFIG), "--output-dir", str(out), "--set", "data.classes_per_task=2",
+            "--set", "data.options={num_classes: 6, train_per_class: 12, test_per_class: 6}", "--set", *L2P]
+
+
+def test_top_k_matching_and_pull_loss_by_hand():
+    """Keys along the axes of R^3; query (3, 4, 0) has cosines 0.6, 0.8, 0, -0.6 with e1, e2, e3, -e1."""
+    keys = torch.tensor([[2.0, 0, 0], [0, 5.0, 0], [0, 0, 1.0], [-1.0, 0, 0]])
+    query = torch.tensor([[3.0, 4.0, 0.0], [0.0, 0.0, -2.0]])
+    sim, chosen = top_k_keys(query, keys, 2)
+    assert torch.allclose(sim[0], torch.tensor([0.6, 0.8, 0.0, -0.6]))
+    assert chosen.tolist() == [[1, 0], [0, 1]]  # second query: cos 0, 0, -1, 0 -> ties to the lower index
+    assert pull_loss(sim, chosen).item() == pytest.approx((0.8 + 0.6 + 0 + 0) / 2)
+
+
+def test_config_checks_top_k_against_the_pool():
+    with pytest.raises(ConfigError, match="method.top_k=6 exceeds method.pool_size=4"):
+        load_config(SMOKE, ["method={name: l2p, pool_size: 4, top_k: 6}"])
+    m = load_config(SMOKE, ["method={name: l2p}"]).method
+    assert (m.pool_size, m.prompt_length, m.top_k, m.pull_coeff, m.epochs, m.batch_size) == (10, 5, 5, 0.1, 5, 16)
+
+
+@pytest.fixture(scope="module")
+def l2p_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("runs") / "l2p"
+    cfg = load_config(SMOKE, TINY_DATA + L2P)
+    return cfg, out, run_training(cfg, out)
+
+
+def test_run_selection_counts_and_the_pull_towards_queries(l2p_run):
+    cfg, out, metrics = l2p_run
+    assert metrics["completed_tasks"] == 3 and metrics["tii_accuracy"] is None
+    counts = metrics["method"]["selection_counts"]
+    assert [sum(counts[str(t)]) for t in range(3)] == [2 * 12 * 2] * 3  # 24 training images x top-2, last epoch
+    # the surrogate loss pulls the selected keys towards the queries: their mean cosine rises over training
+    _, bench, initial = build_run_parts(cfg)
+    _, _, trained = load_run_method(out)
+    x, _ = next(iter(loaders_of(cfg, bench, initial, 0).train_plain))
+    with torch.no_grad():
+        query = initial.model(x)
+    before = top_k_keys(query, initial.keys, 2)[0].topk(2, dim=1).values.mean()
+    after = top_k_keys(query, trained.keys, 2)[0].topk(2, dim=1).values.mean()
+    assert after > before + 0.05
+
+
+def test_prompt_tokens_follow_the_class_token_with_its_position_embedding(l2p_run):
+    """f(x) by timm's modules: [cls + pos_0, P_chosen + pos_0, patches + pos], mean of the prompt outputs."""
+    cfg, out, _ = l2p_run
+    _, bench, method = load_run_method(out)
+    x, _ = next(iter(loaders_of(cfg, bench, method, 0).test))
+    x, vit = x[:3], method.model.vit
+    chosen = torch.tensor([[0, 1], [3, 2], [1, 1]])
+    with torch.no_grad():
+        tokens = vit._pos_embed(vit.patch_embed(x))
+        prompts = method.prompts[chosen].flatten(1, 2) + vit.pos_embed[0, 0]
+        tokens = torch.cat([tokens[:, :1], prompts, tokens[:, 1:]], dim=1)
+        expected = vit.norm(vit.blocks(vit.norm_pre(tokens)))[:, 1:1 + 4].mean(1)
+        assert torch.allclose(method.model(x, method.tokens(chosen)), expected, atol=1e-5)
+
+
+def test_a_prediction_depends_on_its_sample_only(l2p_run):
+    cfg, out, _ = l2p_run
+    _, bench, method = load_run_method(out)
+    x, _ = next(iter(loaders_of(cfg, bench, method, 2).test))
+    seen = torch.ones(method.num_classes, dtype=torch.bool)
+    whole = method.predict(Batch(x, 2, torch.arange(len(x)), len(x), seen))
+    for i in (0, 7, len(x) - 1):
+        alone = method.predict(Batch(x[i:i + 1], 2, torch.tensor([0]), 1, seen))
+        assert torch.allclose(alone.logits[0], whole.logits[i], atol=1e-5)
+
+
+def test_evaluation_from_checkpoints_is_identical(l2p_run):
+    _, out, metrics = l2p_run
+    again = evaluate_run(out)
+    assert again["acc_matrix"] == metrics["acc_matrix"] and again["til_acc_matrix"] == metrics["til_acc_matrix"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("spec", ["bar:l2p:2", "bar:evaluation:2"])
+def test_kill_and_resume_gives_the_uninterrupted_metrics(spec, tmp_path):
+    reference, out = tmp_path / "ref", tmp_path / "run"
+    assert norga(["train", *tiny_args(reference)]) == 0
+    killed = train_with_fault(out, spec, args=tiny_args(out))
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    assert RunDir(out).scan().done <= 1
+    assert norga(["train", *tiny_args(out)]) == 0
+    final, ref = (json.loads((p / "metrics.json").read_text()) for p in (out, reference))
+    assert comparable(final) == comparable(ref)
