@@ -50,6 +50,18 @@ class Regime:
     data: Callable[[argparse.Namespace], Path]  # -> data.root (built if needed)
     pairs: List[Tuple[str, str]] = field(default_factory=list)  # (a, b): a − b paired by seed
     description: str = ""
+    optional: Dict[str, List[str]] = field(default_factory=dict)  # arms run only when named with --only
+
+    def all_arms(self) -> Dict[str, List[str]]:
+        return {**self.arms, **self.optional}
+
+    def overrides(self, arm: str, quick: bool) -> List[str]:
+        """The arm's overrides (+ --quick's; an optional arm has its own method section: data keys + 1 epoch)."""
+        if not quick:
+            return self.all_arms()[arm]
+        if arm in self.arms:
+            return self.arms[arm] + self.quick
+        return self.optional[arm] + [o for o in self.quick if o.startswith("data.")] + ["method.epochs=1"]
 
 
 def cifar100_root(args) -> Path:
@@ -70,7 +82,11 @@ REGIMES: Dict[str, Regime] = {
         quick=["data.train_per_class=4", "data.test_per_class=4", "method.wtp.epochs=1", "method.tii.epochs=2",
                "method.tii.align_epochs=1", "method.tap.epochs=1", "method.tap.samples_per_class=8"],
         data=mixed_root,
-        pairs=[("norga_tanh", "hideprompt"), ("hideprompt", "no_prompt"), ("norga_tanh", "no_prompt")],
+        pairs=[("norga_tanh", "hideprompt"), ("hideprompt", "no_prompt"), ("norga_tanh", "no_prompt"),
+               ("sprompt", "no_prompt"), ("l2p", "no_prompt")],
+        # baselines with the WTP budget (20 epochs, batch 25, no augmentation) and each method's own lr recipe
+        optional={"sprompt": ["method={name: sprompt, epochs: 20, batch_size: 25, lr: 0.01}"],
+                  "l2p": ["method={name: l2p, epochs: 20, batch_size: 25, lr: 0.03, scale_lr_by_batch: true}"]},
         description="mixed domains (MNIST, Fashion-MNIST, 2 CIFAR-100 groups; 4 tasks x 10 classes), "
                     "configs/bench/evidence_cpu.yaml"),
     "cifar100_first": Regime(
@@ -120,9 +136,9 @@ def row_of(arm: str, seed: int, metrics: dict, minutes: float) -> dict:
 def run_one(regime: Regime, arm: str, seed: int, args) -> dict:
     from norga.continual import run_training
 
-    overrides = regime.arms[arm] + [f"seed={seed}", f"data.root={args.data_root}",
-                                    f"model.checkpoint={args.shared / WEIGHTS_FILE}"]
-    cfg = load_config(REPO / regime.config, overrides + (regime.quick if args.quick else []))
+    overrides = regime.overrides(arm, args.quick) + [f"seed={seed}", f"data.root={args.data_root}",
+                                                    f"model.checkpoint={args.shared / WEIGHTS_FILE}"]
+    cfg = load_config(REPO / regime.config, overrides)
     start = time.time()
     metrics = run_training(cfg, args.runs_dir / f"{arm}_seed{seed}")
     if metrics.get("completed_tasks") != cfg.data.num_tasks:
@@ -164,7 +180,7 @@ def _interval(e) -> str:
 
 def statistics(rows: List[dict], regime: Regime) -> dict:
     """Per arm: describe() of each STAT_COLUMNS metric (in %); per pair: paired differences (points)."""
-    arms = [a for a in regime.arms if any(r["run"] == a for r in rows)]
+    arms = [a for a in regime.all_arms() if any(r["run"] == a for r in rows)]
     per_arm = {a: {m: describe(list(by_seed(rows, a, m).values())) for m in STAT_COLUMNS} for a in arms}
     pairs = {}
     for a, b in regime.pairs:
@@ -179,7 +195,7 @@ DIAGNOSTICS = ("probe_gain", "wtp_gain", "feat_trained", "feat_random")
 def diagnostics_lines(rows: List[dict], regime: Regime) -> List[str]:
     """Per prompted arm: mean [95% t interval] over seeds of each run's task-mean diagnostics."""
     lines = []
-    for arm in regime.arms:
+    for arm in regime.all_arms():
         values = {k: [r[k] for r in rows if r["run"] == arm and r.get(k) is not None and not math.isnan(r[k])]
                   for k in DIAGNOSTICS}
         if not values["probe_gain"]:
@@ -246,7 +262,7 @@ def save_results(rows: List[dict], regime: Regime, stem: Path, header: str) -> N
         tmp = path.with_suffix(path.suffix + ".tmp")
         tmp.write_text(content)
         os.replace(tmp, path)
-    arms = [_Arm(a, rows) for a in regime.arms if any(r["run"] == a for r in rows)]
+    arms = [_Arm(a, rows) for a in regime.all_arms() if any(r["run"] == a for r in rows)]
     if arms:
         from norga.plots import comparison_figure
 
@@ -281,9 +297,10 @@ def parse_args(argv=None):
                    "(default: bench/results/<regime>[_quick]; cifar100_first keeps cifar100_cpu)")
     args = p.parse_args(argv)
     regime = REGIMES[args.regime]
-    unknown = sorted(set(args.only or []) - set(regime.arms))
+    unknown = sorted(set(args.only or []) - set(regime.all_arms()))
     if unknown:
-        p.error(f"unknown arm(s) {unknown} for regime {args.regime}; arms: {sorted(regime.arms)}")
+        p.error(f"unknown arm(s) {unknown} for regime {args.regime}; arms: {sorted(regime.arms)}, "
+                f"optional (run only with --only): {sorted(regime.optional)}")
     suffix = "_quick" if args.quick else ""
     stem = {"cifar100_first": "cifar100_cpu", "evidence": "evidence_cpu"}[args.regime]
     runs = {"cifar100_first": "bench_cifar100_cpu_authors", "evidence": "bench_evidence_cpu"}[args.regime]

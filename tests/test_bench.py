@@ -114,11 +114,16 @@ def test_unresolved_difference_is_not_marked(tmp_path):
 def test_every_arm_resolves_to_a_valid_config(regime, tmp_path):
     """Each arm's overrides load on the regime's config and differ from the other arms only in method keys."""
     r = real_data_cpu.REGIMES[regime]
-    configs = {arm: load_config(REPO_ROOT / r.config, overrides + r.quick) for arm, overrides in r.arms.items()}
+    configs = {arm: load_config(REPO_ROOT / r.config, r.overrides(arm, quick=False)) for arm in r.all_arms()}
+    for arm in r.all_arms():
+        quick = load_config(REPO_ROOT / r.config, r.overrides(arm, quick=True))
+        assert quick.method.name == configs[arm].method.name and quick.data.name == configs[arm].data.name
     data = {c.data.name for c in configs.values()}, {c.data.num_tasks for c in configs.values()}
     assert all(len(s) == 1 for s in data)
     for arm, cfg in configs.items():
-        if arm == "no_prompt":
+        if arm in r.optional:
+            assert cfg.method.name == arm and cfg.method.epochs == configs["hideprompt"].method.wtp.epochs
+        elif arm == "no_prompt":
             assert cfg.method.prompt_length == 0
         else:
             assert cfg.method.prompt_length > 0 and cfg.method.gate["name"] == ("linear" if arm == "hideprompt"
