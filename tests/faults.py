@@ -52,6 +52,29 @@ def train_with_fault(out: Path, spec: str, timeout: float = 600, args: Optional[
                           capture_output=True, text=True, timeout=timeout, env=ENV, cwd=REPO)
 
 
+def tiny_method_args(out: Path, method: str) -> List[str]:
+    """train.py arguments of a 3 x 2-class run of another method (``method`` = a ``method={...}`` override)."""
+    return ["--config", str(SMOKE), "--output-dir", str(out), "--set", "data.classes_per_task=2",
+            "--set", "data.options={num_classes: 6, train_per_class: 12, test_per_class: 6}", "--set", method]
+
+
+def assert_kill_then_resume_matches(args_of, spec: str, tmp: Path) -> None:
+    """A run killed by fault ``spec`` and resumed ends with the uninterrupted run's metrics (``args_of(out)``)."""
+    import json
+
+    from norga.cli import main as norga
+    from norga.continual.rundir import RunDir
+
+    reference, out = tmp / "ref", tmp / "run"
+    assert norga(["train", *args_of(reference)]) == 0
+    killed = train_with_fault(out, spec, args=args_of(out))
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    assert RunDir(out).scan().done <= 1
+    assert norga(["train", *args_of(out)]) == 0
+    final, ref = (json.loads((p / "metrics.json").read_text()) for p in (out, reference))
+    assert comparable(final) == comparable(ref)
+
+
 def error_lines(stderr: str) -> List[str]:
     return [line for line in stderr.replace("\r", "\n").splitlines() if line.startswith("error:")]
 

@@ -2,17 +2,14 @@
 the pull loss's sign, selection counts, and a run that resumes and re-evaluates identically."""
 from __future__ import annotations
 
-import json
 
 import pytest
 import torch
 
 from conftest import build_run_parts, load_run_method, loaders_of
-from faults import SMOKE as SMOKE_CONFIG, comparable, train_with_fault
-from norga.cli import main as norga
+from faults import assert_kill_then_resume_matches, tiny_method_args
 from norga.config import ConfigError, load_config
 from norga.continual import evaluate_run, run_training
-from norga.continual.rundir import RunDir
 from norga.methods.base import TestBatch as Batch
 from norga.methods.l2p import pull_loss, top_k_keys
 from test_methods import SMOKE
@@ -25,8 +22,7 @@ TINY_DATA = ["data.classes_per_task=2", "data.options={num_classes: 6, train_per
 
 
 def tiny_args(out) -> list:
-    return ["--config", str(SMOKE_CONFIG), "--output-dir", str(out), "--set", "data.classes_per_task=2",
-            "--set", "data.options={num_classes: 6, train_per_class: 12, test_per_class: 6}", "--set", *L2P]
+    return tiny_method_args(out, L2P[0])
 
 
 def test_top_k_matching_and_pull_loss_by_hand():
@@ -104,11 +100,4 @@ def test_evaluation_from_checkpoints_is_identical(l2p_run):
 @pytest.mark.slow
 @pytest.mark.parametrize("spec", ["bar:l2p:2", "bar:evaluation:2"])
 def test_kill_and_resume_gives_the_uninterrupted_metrics(spec, tmp_path):
-    reference, out = tmp_path / "ref", tmp_path / "run"
-    assert norga(["train", *tiny_args(reference)]) == 0
-    killed = train_with_fault(out, spec, args=tiny_args(out))
-    assert killed.returncode == -9, killed.stderr[-2000:]
-    assert RunDir(out).scan().done <= 1
-    assert norga(["train", *tiny_args(out)]) == 0
-    final, ref = (json.loads((p / "metrics.json").read_text()) for p in (out, reference))
-    assert comparable(final) == comparable(ref)
+    assert_kill_then_resume_matches(tiny_args, spec, tmp_path)

@@ -2,18 +2,14 @@
 per-sample predictions, prompt-token placement, and a run that resumes and re-evaluates identically."""
 from __future__ import annotations
 
-import json
 
-import numpy as np
 import pytest
 import torch
 
 from conftest import build_run_parts, load_run_method, loaders_of
-from faults import SMOKE as SMOKE_CONFIG, comparable, train_with_fault
-from norga.cli import main as norga
+from faults import assert_kill_then_resume_matches, tiny_method_args
 from norga.config import ConfigError, load_config
 from norga.continual import evaluate_run, run_training
-from norga.continual.rundir import RunDir
 from norga.continual.stages import extract_features
 from norga.methods.base import TestBatch as Batch
 from norga.methods.sprompt import nearest_centroid_task
@@ -26,9 +22,7 @@ TINY_DATA = ["data.classes_per_task=2", "data.options={num_classes: 6, train_per
 
 
 def tiny_args(out) -> list:
-    """train.py arguments of a 3 x 2-class S-Prompt run (~10 s)."""
-    return ["--config", str(SMOKE_CONFIG), "--output-dir", str(out), "--set", "data.classes_per_task=2",
-            "--set", "data.options={num_classes: 6, train_per_class: 12, test_per_class: 6}", "--set", *SPROMPT]
+    return tiny_method_args(out, SPROMPT[0])
 
 
 def test_nearest_centroid_by_hand_l1_and_l2_disagree():
@@ -121,12 +115,4 @@ def test_too_few_images_for_the_centroids_is_one_clear_error(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("spec", ["bar:sprompt:2", "bar:evaluation:2"])
 def test_kill_and_resume_gives_the_uninterrupted_metrics(spec, tmp_path):
-    reference, out = tmp_path / "ref", tmp_path / "run"
-    assert norga(["train", *tiny_args(reference)]) == 0
-    killed = train_with_fault(out, spec, args=tiny_args(out))
-    assert killed.returncode == -9, killed.stderr[-2000:]
-    assert RunDir(out).scan().done <= 1
-    assert norga(["train", *tiny_args(out)]) == 0
-    final, ref = (json.loads((p / "metrics.json").read_text()) for p in (out, reference))
-    assert comparable(final) == comparable(ref)
-    assert np.isfinite(final["FA"])
+    assert_kill_then_resume_matches(tiny_args, spec, tmp_path)

@@ -119,5 +119,13 @@ class Method(ABC):
         """What the method adds to task ``task``'s log line (e.g. diagnostics); default nothing."""
         return ""
 
+    def frozen_token_model(self, vit: nn.Module):
+        """The frozen backbone as a PromptedViT without prefix blocks (prompt tokens only), on the device."""
+        from ..models import PromptedViT
+
+        model = PromptedViT(vit, prompt_layers=())
+        model.freeze_backbone()
+        return model.to(self.device)
+
     def seen_classes(self, task: int) -> List[int]:
         return [c for t in range(task + 1) for c in self.task_classes[t]]

@@ -30,7 +30,6 @@ from ..continual.feature_cache import FeatureCache, frozen_features
 from ..continual.heads import class_mask, init_linear_layers
 from ..continual.seeding import seed_everything, task_generator
 from ..continual.training import Stage, cross_entropy_term, run_stage
-from ..models import PromptedViT
 from ..models.prompt_inputs import PromptInput
 from . import register_method
 from .base import Method, Prediction, TaskLoaders, TestBatch
@@ -58,9 +57,7 @@ class L2P(Method):
     def __init__(self, vit, task_classes, cfg, device):
         super().__init__(vit, task_classes, cfg, device)
         self.c = c = cfg.method
-        self.model = PromptedViT(vit, prompt_layers=())
-        self.model.freeze_backbone()
-        self.model.to(device)
+        self.model = self.frozen_token_model(vit)
         width, dim = self.model.spec.embed_dim, self.model.embed_dim
         g = task_generator(cfg.seed, 0, INIT_STAGE)
         uniform = lambda *shape: (2 * torch.rand(*shape, generator=g) - 1).to(device)  # noqa: E731

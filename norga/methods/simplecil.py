@@ -16,7 +16,6 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..continual.stages import extract_features
-from ..models import PromptedViT
 from . import register_method
 from .base import Method, Prediction, TaskLoaders, TestBatch
 
@@ -27,9 +26,7 @@ class SimpleCIL(Method):
 
     def __init__(self, vit, task_classes, cfg, device):
         super().__init__(vit, task_classes, cfg, device)
-        self.model = PromptedViT(vit, prompt_layers=())
-        self.model.freeze_backbone()
-        self.model.to(device)
+        self.model = self.frozen_token_model(vit)
         self.prototypes = torch.zeros(self.num_classes, self.model.embed_dim, device=device)
         self.learned = torch.zeros(self.num_classes, dtype=torch.bool, device=device)
 

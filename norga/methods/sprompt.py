@@ -31,7 +31,6 @@ from ..continual.seeding import seed_everything, task_generator
 from ..continual.stages import extract_features
 from ..continual.training import Stage, cross_entropy_term, run_stage
 from ..config import ConfigError
-from ..models import PromptedViT
 from ..models.prompt_inputs import PromptInput
 from . import register_method
 from .base import Method, Prediction, TaskLoaders, TestBatch
@@ -57,9 +56,7 @@ class SPrompt(Method):
     def __init__(self, vit, task_classes, cfg, device):
         super().__init__(vit, task_classes, cfg, device)
         self.c = c = cfg.method
-        self.model = PromptedViT(vit, prompt_layers=())
-        self.model.freeze_backbone()
-        self.model.to(device)
+        self.model = self.frozen_token_model(vit)
         width, dim = self.model.spec.embed_dim, self.model.embed_dim
         self.prompts = torch.zeros(self.num_tasks, c.prompt_length, width, device=device)
         self.centroids = torch.zeros(self.num_tasks, c.centroids_per_task, dim, device=device)
