@@ -83,10 +83,14 @@ REGIMES: Dict[str, Regime] = {
                "method.tii.align_epochs=1", "method.tap.epochs=1", "method.tap.samples_per_class=8"],
         data=mixed_root,
         pairs=[("norga_tanh", "hideprompt"), ("hideprompt", "no_prompt"), ("norga_tanh", "no_prompt"),
-               ("sprompt", "no_prompt"), ("l2p", "no_prompt")],
+               ("sprompt", "no_prompt"), ("l2p", "no_prompt"), ("dualprompt", "no_prompt"), ("coda", "no_prompt"),
+               ("norga_tanh", "sprompt"), ("norga_tanh", "l2p"), ("norga_tanh", "dualprompt"), ("norga_tanh", "coda")],
         # baselines with the WTP budget (20 epochs, batch 25, no augmentation) and each method's own lr recipe
         optional={"sprompt": ["method={name: sprompt, epochs: 20, batch_size: 25, lr: 0.01}"],
-                  "l2p": ["method={name: l2p, epochs: 20, batch_size: 25, lr: 0.03, scale_lr_by_batch: true}"]},
+                  "l2p": ["method={name: l2p, epochs: 20, batch_size: 25, lr: 0.03, scale_lr_by_batch: true}"],
+                  "dualprompt": ["method={name: dualprompt, epochs: 20, batch_size: 25, lr: 0.03, "
+                                 "scale_lr_by_batch: true}"],
+                  "coda": ["method={name: coda, epochs: 20, batch_size: 25, lr: 0.001}"]},
         description="mixed domains (MNIST, Fashion-MNIST, 2 CIFAR-100 groups; 4 tasks x 10 classes), "
                     "configs/bench/evidence_cpu.yaml"),
     "cifar100_first": Regime(

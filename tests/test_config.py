@@ -7,17 +7,19 @@ import pytest
 
 from norga.config import ConfigError, load_config
 
+BASELINES = ("sprompt", "l2p", "dualprompt", "coda")
 CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.yaml"))
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])
 def test_every_shipped_config_loads(path):
     cfg = load_config(path)
-    expected = next((m for m in ("sprompt", "l2p") if path.stem.endswith(f"_{m}")), "hideprompt")
-    assert cfg.data.num_tasks >= 1 and cfg.method.name == expected and cfg.method.prompt_length >= 1
+    expected = next((m for m in BASELINES if path.stem.endswith(f"_{m}")), "hideprompt")
+    length = getattr(cfg.method, "prompt_length", getattr(cfg.method, "e_prompt_length", 0))
+    assert cfg.data.num_tasks >= 1 and cfg.method.name == expected and length >= 1
 
 
-@pytest.mark.parametrize("method", ["sprompt", "l2p"])
+@pytest.mark.parametrize("method", BASELINES)
 @pytest.mark.parametrize("bench", ["cifar100", "imagenet_r"])
 def test_baseline_configs_share_data_model_and_evaluation_with_hideprompt(bench, method):
     root = CONFIGS[0].parent
@@ -91,7 +93,8 @@ def test_old_layout_keys_get_an_error_naming_their_new_place(old, new):
 
 def test_method_name_selects_the_section_and_unknown_methods_are_named():
     assert type(load_config(None).method).__name__ == "HiDePromptConfig"
-    with pytest.raises(ConfigError, match=r"method.name: unknown method 'l2p_typo'; choose one of \['hideprompt'"):
+    known = r"\['coda', 'dualprompt', 'hideprompt'"
+    with pytest.raises(ConfigError, match=r"method.name: unknown method 'l2p_typo'; choose one of " + known):
         load_config(None, ["method.name=l2p_typo"])
     with pytest.raises(ConfigError, match="method.gate: needs a gate name"):
         load_config(None, ["method.gate={activation: tanh, name: 3}"])

@@ -24,3 +24,17 @@ def test_python_api_examples_run(tmp_path, monkeypatch):
     assert namespace["again"]["acc_matrix"] == namespace["metrics"]["acc_matrix"]
     assert namespace["metrics"]["method"]["gate"] == {"name": "linear"}
     assert tuple(namespace["features"].shape) == (4, 64)
+
+
+def test_config_reference_lists_every_field_of_every_method():
+    """README "Config reference": each registered method has a section naming each of its config keys."""
+    import dataclasses
+
+    from norga.methods import METHOD_CONFIGS
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    for name, cls in METHOD_CONFIGS.items():
+        match = re.search(rf"\*\*`method\.name: {name}`\*\*(.*?)(?=\n\*\*`method\.name: |\n## )", text, re.S)
+        assert match, f"README has no **`method.name: {name}`** section"
+        missing = [f.name for f in dataclasses.fields(cls) if f.name != "name" and f"`{f.name}" not in match.group(1)]
+        assert not missing, f"README section of method {name} lacks {missing}"

@@ -16,7 +16,9 @@ Schedules (f of an index i, E = total epochs):
 * ``step``: gamma ** #{m in milestones : i >= m} (timm's periodic step with
   decay_t = 30 is the same for E < 60, which covers every shipped config);
 * ``cosine``: r + (1 - r) * (1 + cos(pi * i / E)) / 2 with r = min_lr / lr
-  (timm's CosineLRScheduler with t_initial = E, no warm-up).
+  (timm's CosineLRScheduler with t_initial = E, no warm-up);
+* ``coda_cosine``: cos(0.99 * (pi / 2) * i / (E - 1)) — CODA-Prompt's own cosine (GT-RIPL/CODA-Prompt
+  ``utils/schedulers.py``): from 1 down to cos(0.495 pi) ~ 0.0157 in the last epoch, no floor, no warm-up.
 """
 from __future__ import annotations
 
@@ -40,7 +42,9 @@ def lr_factor(epoch: int, schedule: str, epochs: int, milestones: Sequence[int] 
         return float(gamma ** sum(index >= m for m in milestones))
     if schedule == "cosine":
         return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * index / max(epochs, 1)))
-    raise ValueError(f"unknown schedule {schedule!r}; choose constant, step or cosine")
+    if schedule == "coda_cosine":
+        return math.cos(0.99 * (math.pi / 2) * index / max(epochs - 1, 1))
+    raise ValueError(f"unknown schedule {schedule!r}; choose constant, step, cosine or coda_cosine")
 
 
 def epoch_scheduler(optimizer: torch.optim.Optimizer, schedule: str, epochs: int, milestones: Sequence[int] = (),

@@ -17,6 +17,7 @@ Register an implementation with :func:`norga.methods.register_method`.
 """
 from __future__ import annotations
 
+import dataclasses
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence
@@ -127,5 +128,40 @@ class Method(ABC):
         model.freeze_backbone()
         return model.to(self.device)
 
+    def gated_prefix_model(self, vit: nn.Module, prompt_layers, gate: Dict[str, Any]):
+        """The frozen backbone as a PromptedViT with prefix attention through the registered gate ``gate``
+        (``{name: ..., options...}``) on blocks ``prompt_layers``, on the device."""
+        from ..models import PromptedViT
+        from ..models.gates import resolve_gate_spec
+
+        spec = resolve_gate_spec(gate)
+        options = {k: v for k, v in spec.items() if k != "name"}
+        model = PromptedViT(vit, prompt_layers=prompt_layers, gate=spec["name"], **options)
+        model.freeze_backbone()
+        return model.to(self.device)
+
     def seen_classes(self, task: int) -> List[int]:
         return [c for t in range(task + 1) for c in self.task_classes[t]]
+
+
+class PrefixMethod(Method):
+    """A method whose prompts are prefixes through a registered gate: its config has ``gate: {name, options}``,
+    stored in ``config.yaml`` with every option's value (defaults filled in)."""
+
+    @classmethod
+    def resolve_config(cls, method_cfg):
+        from ..models.gates import resolve_gate_spec
+
+        return dataclasses.replace(method_cfg, gate=resolve_gate_spec(method_cfg.gate))
+
+
+def check_blocks(vit: nn.Module, layers: Dict[str, Sequence[int]]) -> None:
+    """Raise one ConfigError naming the config key whose block indices this backbone does not have."""
+    from ..config import ConfigError
+
+    depth = len(vit.blocks)
+    for key, blocks in layers.items():
+        bad = [int(b) for b in blocks if not 0 <= int(b) < depth]
+        if bad or len(set(blocks)) != len(blocks):
+            raise ConfigError(f"{key}={list(blocks)}: needs distinct block indices in [0, {depth - 1}] (this "
+                              f"backbone has {depth} blocks); set {key} to blocks it has")

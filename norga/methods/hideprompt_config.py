@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Optional
 
 from ..config import ConfigError, MethodConfig, _f
 from . import method_config
+from .gate_section import gate_section
 
 
 @dataclass
@@ -98,11 +99,7 @@ class HiDePromptConfig(MethodConfig):
     tap: TAPConfig = field(default_factory=TAPConfig)
 
     def __post_init__(self):
-        if "name" not in self.gate:  # e.g. only --set method.gate.activation=gelu: the default gate's name
-            self.gate = {"name": DEFAULT_GATE["name"], **self.gate}
-        if not isinstance(self.gate.get("name"), str):
-            raise ConfigError(f"method.gate: needs a gate name, e.g. {{name: norga, activation: tanh}} or "
-                              f"{{name: linear}}; got {self.gate!r}")
+        self.gate = gate_section(self.gate, DEFAULT_GATE["name"])
         if self.tap.after_first_task and self.tap.batches == "old_classes":
             raise ConfigError("method.tap.after_first_task=true with method.tap.batches=old_classes would run 0 TAP "
                               "batches after the first task (C_old = 0); set method.tap.batches=all, or "

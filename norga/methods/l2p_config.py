@@ -16,6 +16,8 @@ from . import method_config
 @method_config("l2p", module="norga.methods.l2p")
 @dataclass
 class L2PConfig(MethodConfig):
+    """L2P: a shared pool of token prompts with keys, top-N chosen per sample by cosine to the frozen class token."""
+
     name: str = _f("l2p")
     pool_size: int = _f(10, ge=1)  # M prompts with M keys, shared by all tasks
     prompt_length: int = _f(5, ge=1)  # L tokens per prompt

@@ -18,13 +18,13 @@ Prompts of one call (``model(x, prompts)``), see :mod:`norga.models.prompt_input
 """
 from __future__ import annotations
 
-from typing import Iterator, List, Optional, Sequence, Union
+from typing import Dict, Iterator, List, Optional, Sequence, Union
 
 from torch import Tensor, nn
 
 from ..config import ConfigError
 from . import vit_runner
-from .gates import build_gate
+from .gates import Gate, build_gate
 from .prefix_attention import PrefixAttention
 from .prompt_inputs import PromptInput, PromptSpec, resolve_prompts
 
@@ -113,6 +113,31 @@ class PromptedViT(nn.Module):
         for p in self.vit.parameters():
             if id(p) not in gate_ids:
                 p.requires_grad_(False)
+
+    @property
+    def gates(self) -> List[Gate]:
+        """The gate of every prompted block, in ``prompt_layers`` order."""
+        return [attn.prefix_gate for attn in self.prefix_attentions]
+
+    def gate_parameters_for(self, task: int) -> List[nn.Parameter]:
+        """Unfreeze the gates that train on ``task`` (:meth:`Gate.trains_on`; NoRGa: the first task only),
+        freeze the others, and return the trainable gates' parameters (empty for ``linear``)."""
+        params: List[nn.Parameter] = []
+        for gate in self.gates:
+            if gate.trains_on(task):
+                gate.unfreeze()
+                params += list(gate.parameters())
+            else:
+                gate.freeze()
+        return params
+
+    def gate_values(self) -> Dict[str, List[float]]:
+        """What each prompted block's gate reports, as lists over blocks (NoRGa: alpha, tau; linear: nothing)."""
+        values: Dict[str, List[float]] = {}
+        for gate in self.gates:
+            for name, value in gate.report().items():
+                values.setdefault(name, []).append(value)
+        return values
 
     def freeze_gates(self) -> None:
         for attn in self.prefix_attentions:
