@@ -116,3 +116,19 @@ def test_too_few_images_for_the_centroids_is_one_clear_error(tmp_path):
 @pytest.mark.parametrize("spec", ["bar:sprompt:2", "bar:evaluation:2"])
 def test_kill_and_resume_gives_the_uninterrupted_metrics(spec, tmp_path):
     assert_kill_then_resume_matches(tiny_args, spec, tmp_path)
+
+
+def test_classes_compete_only_within_the_selected_task(sprompt_run):
+    """Official S-Prompts: the chosen task's classifier; ``seen_classes`` lets every seen class compete."""
+    cfg, out, _ = sprompt_run
+    _, bench, method = load_run_method(out)
+    x, _ = next(iter(loaders_of(cfg, bench, method, 0).test))
+    seen = torch.ones(method.num_classes, dtype=torch.bool)
+    within = method.predict(Batch(x, 0, torch.arange(len(x)), len(x), seen))
+    predicted_task = method.class_to_task[within.logits.argmax(1)]
+    assert torch.equal(predicted_task, within.task_ids)
+    method.c.classify_within = "seen_classes"
+    across = method.predict(Batch(x, 0, torch.arange(len(x)), len(x), seen))
+    assert torch.isfinite(across.logits).all() and torch.equal(across.task_ids, within.task_ids)
+    finite = torch.isfinite(within.logits)
+    assert torch.equal(across.logits[finite], within.logits[finite]) and (~finite).any()

@@ -12,8 +12,11 @@ Appendix D; options in :mod:`norga.methods.sprompt_config`):
    images. P_t is the only prompt given to the optimiser: earlier prompts never change.
 
 Predicting a sample x (it depends on x alone): d_k = min_j dist(q(x), C_k[j]) over the learned tasks
-k, with dist = L1 (official) or L2; t̂ = argmin_k d_k; logits = ψ(f(x; P_t̂)) over all classes (the
-evaluation masks unseen ones). With the true task t given: ψ(f(x; P_t)).
+k, with dist = L1 (official) or L2; t̂ = argmin_k d_k; logits = ψ(f(x; P_t̂)) over the classes of task t̂
+(``classify_within: selected_task``, as the official code's per-task classifier; ``seen_classes``: over all
+classes, the evaluation masks unseen ones). With the true task t given: ψ(f(x; P_t)) over t's classes.
+The head is only ever trained with CE within one task, so across tasks its logits are not comparable:
+letting all seen classes compete collapses class-incremental accuracy (bench: FA 1% with TII 85%).
 """
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..continual.feature_cache import FeatureCache, frozen_features, prompted_features
-from ..continual.heads import class_mask, init_linear_layers
+from ..continual.heads import class_mask, init_linear_layers, masked_logits
 from ..continual.schedules import epoch_scheduler
 from ..continual.seeding import seed_everything, task_generator
 from ..continual.stages import extract_features
@@ -143,7 +146,10 @@ class SPrompt(Method):
         feats = prompted_features(self.model, x, index, tasks, prompt_of, cache, task, n).to(self.device)
         true_feats = prompted_features(self.model, x, index, torch.full_like(tasks, task), prompt_of, cache, task,
                                        n).to(self.device)
-        return Prediction(self.head(feats), self.head(true_feats), tasks)
+        logits = self.head(feats)
+        if self.c.classify_within == "selected_task":  # the selected task's classes only (official S-Prompts)
+            logits = masked_logits(logits, self.class_to_task.to(self.device)[None] == tasks[:, None])
+        return Prediction(logits, self.head(true_feats), tasks)
 
     # ---- state ----------------------------------------------------------
     def state_dict(self, task: int) -> Dict[str, Any]:

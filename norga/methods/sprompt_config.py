@@ -27,6 +27,9 @@ class SPromptConfig(MethodConfig):
     # l1: sum_i |x_i - c_i| (official code: ((x - c) ** 2) ** 0.5 summed); l2: Euclidean
     distance: str = _f("l1", choices=("l1", "l2"))
     normalize_query: bool = _f(True)  # official: L2-normalised frozen class token, for K-means and selection
+    # selected_task: a test sample's class is the argmax over the classes of its selected task (official: the
+    # selected task's classifier); seen_classes: all seen classes of the common head compete
+    classify_within: str = _f("selected_task", choices=("selected_task", "seen_classes"))
     epochs: int = _f(20, ge=0)  # official ViT config is unusable (see README); 20 = NoRGa authors' CIFAR setting
     lr: float = _f(0.01, gt=0.0)  # official: 0.01
     batch_size: int = _f(128, ge=1)  # official: 128
