@@ -99,3 +99,34 @@ def test_prompt_ensemble_and_single_trainable_prompt():
     assert pool.prompts[0].grad is None and pool.prompts[1].grad is None
     assert torch.allclose(pool.prompts[2].grad, torch.full_like(pool.prompt(2), 1 - m))
     assert [p.requires_grad for p in pool.prompts] == [False, False, True]
+
+
+def test_headwise_norga_gate_by_hand_and_equal_heads_equal_the_layer_gate():
+    import math
+
+    from conftest import tiny_vit
+    from norga.models import PromptedViT
+
+    gate = build_gate("norga_headwise", num_heads=2, activation="tanh")
+    with torch.no_grad():
+        gate.alpha.copy_(torch.tensor([0.5, 2.0]).view(2, 1, 1))
+        gate.tau.copy_(torch.tensor([1.0, 3.0]).view(2, 1, 1))
+    scores = torch.tensor([0.2, -1.0]).view(1, 1, 1, 2).expand(1, 2, 1, 2)  # (B, H, N, L)
+    out = gate(scores)
+    assert out[0, 0, 0].tolist() == pytest.approx([0.2 + 0.5 * math.tanh(0.2), -1.0 + 0.5 * math.tanh(-1.0)])
+    assert out[0, 1, 0].tolist() == pytest.approx([0.2 + 2.0 * math.tanh(0.6), -1.0 + 2.0 * math.tanh(-3.0)])
+    assert gate.report()["alpha_spread"] == pytest.approx(1.5) and gate.trains_on(0) and not gate.trains_on(1)
+    with pytest.raises(ValueError, match="needs num_heads"):
+        build_gate("norga_headwise")
+    x = torch.randn(3, 3, 32, 32)
+    prefix = torch.randn(3, 2, 2, 4, 2, 32)  # (B, P, 2, L, H, Dh) of tiny_vit (2 heads of 32)
+    outputs = {}
+    for name in ("norga", "norga_headwise"):
+        model = PromptedViT(tiny_vit(seed=3), prompt_layers=(0, 1), gate=name, activation="sigmoid")
+        for p in model.gate_parameters():
+            p.data.fill_(0.6)  # equal values in every head
+        outputs[name] = model(x, prefix)
+        if name == "norga_headwise":
+            model.gates[1].alpha.data[1] = 2.0  # one head's alpha differs: the output changes
+            assert not torch.allclose(model(x, prefix), outputs[name])
+    assert torch.allclose(outputs["norga"], outputs["norga_headwise"], atol=1e-6)

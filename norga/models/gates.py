@@ -7,6 +7,7 @@ key to its gated score. Image-token scores never pass through a gate.
 * ``norga``  — non-linear residual gate (eq. 12): ``s + alpha * act(tau * s)``
   with ``act`` one of the registered activations (tanh, sigmoid, gelu) and
   learnable scalars ``alpha`` and ``tau`` (one pair per prompted layer).
+* ``norga_headwise`` — the same with ``alpha`` and ``tau`` per attention head (MH-MoE's head-wise idea).
 
 Gates are looked up by name in :data:`GATES`; a new gate is one small class
 decorated with :func:`register_gate`, and it owns everything about itself:
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Mapping, Type
+from typing import Any, Callable, Dict, Mapping, Optional, Type
 
 import torch
 import torch.nn.functional as F
@@ -137,6 +138,31 @@ class NoRGaGate(Gate):
         return f"activation={self.activation}"
 
 
+@register_gate("norga_headwise")
+class HeadwiseNoRGaGate(NoRGaGate):
+    """NoRGa with ``alpha`` and ``tau`` per attention head: ``s_h -> s_h + alpha_h * act(tau_h * s_h)``.
+
+    The head-wise idea of MH-MoE applied to prefix experts: each head's prefix experts get their own
+    residual gate. Parameters (H, 1, 1) broadcast over scores (B, H, N, L); with equal values in every head
+    this is the per-layer :class:`NoRGaGate`. Trains on the first task only, as NoRGa.
+    """
+
+    per_head = True
+
+    def __init__(self, num_heads: int, activation: str = "tanh", alpha_init: float = 1.0, tau_init: float = 1.0):
+        super().__init__(activation, alpha_init, tau_init)
+        self.alpha = nn.Parameter(torch.full((num_heads, 1, 1), float(alpha_init)))
+        self.tau = nn.Parameter(torch.full((num_heads, 1, 1), float(tau_init)))
+
+    def report(self) -> Dict[str, float]:
+        """Means over heads, and the spread (max − min) of alpha over heads."""
+        alpha, tau = self.alpha.detach().flatten(), self.tau.detach().flatten()
+        return {"alpha": float(alpha.mean()), "tau": float(tau.mean()), "alpha_spread": float(alpha.max() - alpha.min())}
+
+    def extra_repr(self) -> str:
+        return f"activation={self.activation}, heads={len(self.alpha)}"
+
+
 def gate_options(name: str, options: Mapping[str, Any], key: str = "method.gate") -> Dict[str, Any]:
     """Validated options of gate ``name`` with every default filled in (errors name ``key.<option>``)."""
     if name not in GATES:
@@ -158,9 +184,16 @@ def resolve_gate_spec(spec: Mapping[str, Any], key: str = "method.gate") -> Dict
     return {"name": spec["name"], **gate_options(spec["name"], options, key)}
 
 
-def build_gate(name: str, **options) -> Gate:
-    """Create a gate by registry name, e.g. ``build_gate("norga", activation="gelu")``.
+def build_gate(name: str, num_heads: Optional[int] = None, **options) -> Gate:
+    """Create a gate by registry name, e.g. ``build_gate("norga", activation="gelu")``; gates with
+    ``per_head = True`` get the block's ``num_heads``.
 
     An unknown name or option raises :class:`norga.config.ConfigError` (a ValueError) naming the config key.
     """
-    return GATES[name](**gate_options(name, options)) if name in GATES else gate_options(name, options)
+    resolved = gate_options(name, options)
+    cls = GATES[name]
+    if getattr(cls, "per_head", False):
+        if num_heads is None:
+            raise ValueError(f"gate {name!r} has parameters per attention head: build_gate needs num_heads")
+        return cls(num_heads=num_heads, **resolved)
+    return cls(**resolved)
