@@ -14,6 +14,7 @@ See README "Config reference" for every field.
 from __future__ import annotations
 
 import dataclasses
+import re
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,8 +52,14 @@ class DataConfig:
     download: bool = _f(False)
     train_per_class: Optional[int] = _f(None, ge=1)
     test_per_class: Optional[int] = _f(None, ge=1)
-    num_workers: int = _f(0, ge=0)
+    # loader worker processes; auto = min(8, CPUs - 1). Augmentation draws differ with the number of workers,
+    # so runs are reproducible for a fixed number (default 0: the main process)
+    num_workers: Union[int, str] = _f(0)
     options: Dict[str, Any] = _f({})
+
+    def __post_init__(self):
+        if self.num_workers != "auto" and (not isinstance(self.num_workers, int) or self.num_workers < 0):
+            raise ConfigError(f"data.num_workers: expected an integer >= 0 or 'auto', got {self.num_workers!r}")
 
 
 @dataclass
@@ -93,10 +100,15 @@ def _default_method() -> MethodConfig:
     return method_config_class(DEFAULT_METHOD)()
 
 
+AMP_MODES = ("off", "bf16", "fp16")
+
+
 @dataclass
 class Config:
     seed: int = _f(42)
-    device: str = _f("auto", choices=("auto", "cpu", "cuda"))
+    device: str = _f("auto")  # auto (CUDA if available), cpu, cuda or cuda:K
+    # backbone autocast: off, bf16 or fp16 (with a loss scaler); prompts, gates, heads, statistics stay fp32
+    amp: Union[str, bool] = _f("off")  # YAML reads a bare off as false: both mean "off"
     eval_batch_size: int = _f(256, ge=1)
     # true: classifier logits restricted to classes seen so far (standard class-incremental evaluation);
     # false: all classes compete in the argmax (authors' code). A method's own task inference is not affected.
@@ -105,6 +117,14 @@ class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     method: MethodConfig = field(default_factory=_default_method, metadata={"method": True})
     logging: LoggingConfig = field(default_factory=LoggingConfig)
+
+    def __post_init__(self):
+        if self.amp is False:
+            self.amp = "off"
+        if self.amp not in AMP_MODES:
+            raise ConfigError(f"amp: {self.amp!r} is not one of {list(AMP_MODES)}")
+        if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", str(self.device)):
+            raise ConfigError(f"device: expected auto, cpu, cuda or cuda:K (K = a GPU index), got {self.device!r}")
 
 
 # Keys of the norga 0.1/0.2 layout -> where they live now (an old config gets an error naming the new key).

@@ -56,6 +56,23 @@ MUTANTS = (
            ("tests/test_fidelity_pipeline.py",)),
     Mutant("tap_after_task_0", "norga/methods/hideprompt.py", "if task > 0 or c.tap.after_first_task:", "if True:",
            ("tests/test_fidelity_pipeline.py",)),
+    # the baselines (#16)
+    Mutant("l2p_pull_sign", "norga/methods/l2p.py", "lambda out: -c.pull_coeff * pull_loss(",
+           "lambda out: c.pull_coeff * pull_loss(", ("tests/test_l2p.py",)),
+    Mutant("sprompt_l2_for_l1", "norga/methods/sprompt.py", 'diff.abs().sum(-1) if distance == "l1"',
+           'diff.pow(2).sum(-1) if distance == "l1"', ("tests/test_sprompt.py",)),
+    Mutant("dualprompt_pull_sign", "norga/methods/dualprompt.py", '"pull": lambda out: -c.pull_coeff',
+           '"pull": lambda out: c.pull_coeff', ("tests/test_dualprompt.py",)),
+    Mutant("dualprompt_batch_shares_first_prompt", "norga/methods/dualprompt.py",
+           "self.prompts(self.e_prompts[tasks])", "self.prompts(self.e_prompts[tasks[:1]])",
+           ("tests/test_dualprompt.py",)),
+    Mutant("dualprompt_keys_as_values", "norga/methods/dualprompt.py", "prompt[:, j, 1].transpose(1, 2)",
+           "prompt[:, j, 0].transpose(1, 2)", ("tests/test_dualprompt.py",)),
+    Mutant("coda_heads_split_wrongly", "norga/methods/coda.py",
+           "prompt.view(B, 2, half, heads, head_dim).transpose(2, 3)", "prompt.view(B, 2, heads, half, head_dim)",
+           ("tests/test_coda.py",)),
+    Mutant("coda_new_rows_not_orthogonal_to_old", "norga/methods/coda.py", "v = v - (v @ basis) @ basis.T",
+           "v = v", ("tests/test_coda.py",)),
 )
 
 

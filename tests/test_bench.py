@@ -143,3 +143,19 @@ def test_report_rewrites_tables_and_diagnostics_from_the_rows(tmp_path, capsys):
     assert "| no_prompt | 3 |" not in text.split("Diagnostics")[1]  # no diagnostics without prompts
     with pytest.raises(SystemExit, match="no rows"):
         real_data_cpu.main(["--report", "--results", str(tmp_path / "none")])
+
+
+def test_throughput_bench_prints_its_table_and_writes_json(tmp_path, capsys):
+    from bench import throughput
+
+    out = tmp_path / "tp.json"
+    assert throughput.main(["--batch", "2", "--steps", "1", "--amp", "off", "bf16", "--task", "--json", str(out),
+                            "--set", "data.num_tasks=2", "--set", "data.classes_per_task=2", "--set",
+                            "data.options={num_classes: 4, train_per_class: 4, test_per_class: 2}"]) == 0
+    result = json.loads(out.read_text())
+    assert [(r["amp"], r["batch"]) for r in result["rows"]] == [("off", 2), ("bf16", 2)]
+    for row in result["rows"]:
+        assert all(row[k] > 0 for k in ("train_img_s", "frozen_img_s", "eval_img_s", "peak_mib"))
+    assert result["rows"][0]["vs_off"] == 1.0
+    assert set(result["stage_seconds"]) == {"off", "bf16"} and "wtp" in result["stage_seconds"]["off"]
+    assert "| amp | batch | train img/s" in capsys.readouterr().out

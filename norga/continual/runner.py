@@ -27,7 +27,9 @@ from ..methods import build_method, method_class
 from ..methods.base import Method, TaskLoaders
 from ..metrics import empty_matrix, summarize
 from ..models.backbone import BACKBONE_PRESETS, backbone_data_config, build_backbone, hub_weights_status
+from ..models.precision import amp_mode
 from ..plots import write_run_plots
+from .devices import loader_options, resolve_device
 from .epochlog import epoch_log, progress_line
 from .evaluate import evaluate_task
 from .heads import class_mask
@@ -39,14 +41,6 @@ from .runstate import (attach_evaluation, chance_warning, check_finite, finished
 
 class RunConfigMismatch(RunError):
     """The output folder holds a run with another config (use --force to continue anyway)."""
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("device: 'cuda' requested but CUDA is not available; use device=cpu or auto")
-    return torch.device(name)
 
 
 def resolve_config(cfg: Config) -> Config:
@@ -78,15 +72,11 @@ def build_data(cfg: Config, vit: torch.nn.Module):
     )
 
 
-def _loader_options(cfg: Config) -> dict:
-    return dict(num_workers=cfg.data.num_workers, pin_memory=torch.cuda.is_available(), persistent_workers=False)
-
-
 def task_loaders(cfg: Config, bench, task: int, train_batch_size: int,
                  test: Optional[DataLoader] = None) -> TaskLoaders:
     """Augmented train (shuffled by a (seed, task) generator), un-augmented train and test loaders of ``task``
     (``test``: an existing test loader of that task to reuse)."""
-    common = _loader_options(cfg)
+    common = loader_options(cfg)
     train = DataLoader(bench.train_set(task), batch_size=train_batch_size, shuffle=True, drop_last=False,
                        generator=task_generator(cfg.seed, task, 0), **common)
     plain = DataLoader(bench.train_set(task, train_transform=False), batch_size=cfg.eval_batch_size, **common)
@@ -94,7 +84,7 @@ def task_loaders(cfg: Config, bench, task: int, train_batch_size: int,
 
 
 def test_loader(cfg: Config, bench, task: int) -> DataLoader:
-    return DataLoader(bench.test_set(task), batch_size=cfg.eval_batch_size, **_loader_options(cfg))
+    return DataLoader(bench.test_set(task), batch_size=cfg.eval_batch_size, **loader_options(cfg))
 
 
 def checkpoint_id(path: Optional[str]) -> Optional[str]:
@@ -222,7 +212,7 @@ def run_training(cfg: Config, output_dir: Path, force: bool = False) -> dict:
         if not done:
             log.info(f"new run in {run.root}\n{method.summary()}\n{bench.summary()}")
         evaluator = Evaluator(cfg, bench, method)
-        with epoch_log(run.root, tensorboard=cfg.logging.tensorboard, completed_tasks=done):
+        with epoch_log(run.root, tensorboard=cfg.logging.tensorboard, completed_tasks=done), amp_mode(cfg.amp):
             for t in range(done, bench.num_tasks):
                 _train_task(t, cfg, bench, method, tracker, run, evaluator, log)
                 log.info(progress_line(tracker.times, bench.num_tasks))
@@ -389,7 +379,8 @@ def evaluate_run(run_dir: Path) -> dict:
     for t in range(state.done):
         start = time.time()
         method.load_state_dict(method_state(run.load_checkpoint(t), method, run), with_training_state=False)
-        evaluation = evaluator.seen_tasks(t)
+        with amp_mode(cfg.amp):
+            evaluation = evaluator.seen_tasks(t)
         tracker.record(t, evaluation, time.time() - start)
     metrics = tracker.metrics()
     metrics["eval_seconds"] = metrics.pop("task_seconds")

@@ -27,6 +27,7 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from ..errors import NonFiniteLoss
+from ..models.precision import grad_scaler
 from .epochlog import log_epoch
 
 Outputs = Dict[str, Tensor]
@@ -46,22 +47,43 @@ class EpochMeter:
         self.steps = 0
 
     def step(self, optimizer, loss: Tensor, params: Optional[list] = None, clip: Optional[float] = None,
-             **terms: Tensor) -> None:
-        """One optimiser step on ``loss``; ``terms`` (e.g. ce, reg) are logged beside it."""
+             scaler: Optional["torch.amp.GradScaler"] = None, **terms: Tensor) -> None:
+        """One optimiser step on ``loss`` (through ``scaler`` under fp16); ``terms`` (e.g. ce, reg) are logged
+        beside it.
+
+        On CUDA nothing here waits for the device: loss values are summed as device tensors and read once per
+        epoch (:meth:`means`); on the CPU the loss is checked at every step, so a divergence stops at once.
+        """
+        if loss.device.type == "cpu":
+            self._check(loss)
+        optimizer.zero_grad(set_to_none=True)
+        if scaler is None:
+            loss.backward()
+            if clip is not None and params:
+                torch.nn.utils.clip_grad_norm_(params, clip)
+            optimizer.step()
+        else:
+            scaler.scale(loss).backward()
+            if clip is not None and params:
+                scaler.unscale_(optimizer)  # clip the true gradients
+                torch.nn.utils.clip_grad_norm_(params, clip)
+            scaler.step(optimizer)  # skipped when the scaled gradients overflowed
+            scaler.update()
+        for name, term in (("loss", loss), *terms.items()):
+            self.sums[name] = self.sums.get(name, 0.0) + term.detach().float()
+        self.steps += 1
+
+    def _check(self, loss: Tensor) -> None:
         value = float(loss.detach())
         if not math.isfinite(value):
             raise NonFiniteLoss(value, self.stage, self.epoch, self.task, self.lr_key)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if clip is not None and params:
-            torch.nn.utils.clip_grad_norm_(params, clip)
-        optimizer.step()
-        for name, term in (("loss", value), *((k, float(v.detach())) for k, v in terms.items())):
-            self.sums[name] = self.sums.get(name, 0.0) + term
-        self.steps += 1
 
     def means(self) -> Dict[str, float]:
-        return {k: v / max(self.steps, 1) for k, v in self.sums.items()}
+        """Per-step means of the epoch's terms (one device sync); a non-finite loss raises NonFiniteLoss."""
+        means = {k: float(v) / max(self.steps, 1) for k, v in self.sums.items()}
+        if "loss" in means and not math.isfinite(means["loss"]):
+            raise NonFiniteLoss(means["loss"], self.stage, self.epoch, self.task, self.lr_key)
+        return means
 
     def report(self, optimizer, **extra) -> Dict[str, float]:
         """Write the epoch's line to the run's epoch log (a no-op when none is open); returns the means."""
@@ -99,6 +121,7 @@ def run_stage(stage: Stage, batches: Callable[[int], Iterable], forward: Callabl
     if not terms:
         raise ValueError(f"stage {stage.name}: no loss terms")
     history = []
+    scaler = grad_scaler(_device_type(stage.optimizer))  # fp16 only: one loss scaler per stage
     for epoch in tqdm(range(stage.epochs), desc=stage.name.upper(), leave=False):
         meter = EpochMeter(stage.name, stage.task, epoch, stage.lr_key)
         for module in stage.train_modules:
@@ -107,12 +130,17 @@ def run_stage(stage: Stage, batches: Callable[[int], Iterable], forward: Callabl
             outputs = forward(batch)
             values = {name: term(outputs) for name, term in terms.items()}
             loss = total(values.values())
-            meter.step(stage.optimizer, loss, list(stage.clip_params), stage.clip,
+            meter.step(stage.optimizer, loss, list(stage.clip_params), stage.clip, scaler,
                        **(values if len(values) > 1 else {}))
         history.append(meter.report(stage.optimizer, **(stage.describe() if stage.describe else {})))
         if stage.scheduler is not None:
             stage.scheduler.step()
     return history
+
+
+def _device_type(optimizer: torch.optim.Optimizer) -> str:
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    return params[0].device.type if params else "cpu"
 
 
 def total(values: Iterable[Tensor]) -> Tensor:

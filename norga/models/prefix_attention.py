@@ -27,7 +27,10 @@ Two numerically equivalent paths:
   ``q'_i = [q_i, b_i / scale]`` and ``k'_p = [pk_p, e_p]`` (one-hot),
   ``k'_j = [k_j, 0]``, so ``scale * q'·k'`` equals the gated score for prefix
   columns and the plain score for image columns. The full (B, H, N, N+L)
-  score tensor is never built in Python.
+  score tensor is never built in Python. The augmented head dim Dh + L is
+  zero-padded to a multiple of 8 (64 + 5 = 69 -> 72), so CUDA's fused SDPA
+  kernels (flash, memory-efficient: head dims divisible by 8) can take it;
+  the gate's term is computed from fp32 scores also under autocast.
 * **explicit**: the textbook formula with the full score matrix, for tests
   and debugging.
 """
@@ -138,14 +141,24 @@ def fast_prefix_attention(
     B, H, N, Dh = q.shape
     L = pk.shape[2]
     prefix_scores = (q @ keys[:, :, :L].transpose(-2, -1)) * scale  # (B, H, N, L)
-    bias = gate.extra(prefix_scores)
-    q_aug = torch.cat([q, bias / scale], dim=-1)  # (B, H, N, Dh + L)
+    bias = gate.extra(prefix_scores.float())  # the gate in fp32, also under autocast
+    pad = padded_head_dim(Dh + L) - (Dh + L)  # zero columns: they add 0 to every q'·k' and are sliced off
+    q_aug = torch.cat([q, (bias / scale).to(q.dtype)], dim=-1)  # (B, H, N, Dh + L)
     selector = torch.zeros(B, H, L + N, L, dtype=k.dtype, device=k.device)
     selector[:, :, :L] = torch.eye(L, dtype=k.dtype, device=k.device)
     k_aug = torch.cat([keys, selector], dim=-1)  # (B, H, L + N, Dh + L)
-    v_aug = F.pad(values, (0, L))  # equal head dims keep SDPA on its fused kernels
+    q_aug, k_aug = F.pad(q_aug, (0, pad)), F.pad(k_aug, (0, pad))  # (..., Dh + L + pad), a multiple of 8
+    v_aug = F.pad(values, (0, L + pad))  # equal head dims keep SDPA on its fused kernels
     out = F.scaled_dot_product_attention(q_aug, k_aug, v_aug, dropout_p=dropout_p, scale=scale)
     return out[..., :Dh]
+
+
+SDPA_HEAD_DIM_MULTIPLE = 8  # CUDA's flash / memory-efficient SDPA kernels need head dims divisible by 8
+
+
+def padded_head_dim(dim: int, multiple: int = SDPA_HEAD_DIM_MULTIPLE) -> int:
+    """The smallest multiple of ``multiple`` >= ``dim`` (e.g. 64 + 5 = 69 -> 72)."""
+    return -(-dim // multiple) * multiple
 
 
 def explicit_prefix_attention(

@@ -25,6 +25,7 @@ from torch import Tensor, nn
 from ..config import ConfigError
 from . import vit_runner
 from .gates import Gate, build_gate
+from .precision import backbone_autocast
 from .prefix_attention import PrefixAttention
 from .prompt_inputs import PromptInput, PromptSpec, resolve_prompts
 
@@ -71,7 +72,8 @@ class PromptedViT(nn.Module):
         for i in layers:
             vit_runner.check_prompted_block(blocks[i], i)
         for i in layers:
-            blocks[i].attn = PrefixAttention(blocks[i].attn, build_gate(gate, **gate_options), path)
+            prefix_gate = build_gate(gate, blocks[i].attn.num_heads, **gate_options)
+            blocks[i].attn = PrefixAttention(blocks[i].attn, prefix_gate, path)
         first = self.prefix_attentions[0] if layers else None
         self.num_heads = first.num_heads if first else blocks[0].attn.num_heads
         self.head_dim = first.head_dim if first else blocks[0].attn.head_dim
@@ -178,6 +180,9 @@ class PromptedViT(nn.Module):
         return vit_runner.pool(self.vit, features, resolved.num_tokens, resolved.pool)
 
     def _features(self, x: Tensor, prompts: PromptInput) -> Tensor:
-        tokens = vit_runner.embed(self.vit, x)
-        tokens = vit_runner.run_blocks(self.vit, tokens, prompts.prefixes, prompts.tokens, prompts.token_block)
-        return self.vit.norm(tokens)
+        """timm's blocks under the run's backbone autocast (:mod:`norga.models.precision`); fp32 out."""
+        with backbone_autocast(x.device.type):
+            tokens = vit_runner.embed(self.vit, x)
+            tokens = vit_runner.run_blocks(self.vit, tokens, prompts.prefixes, prompts.tokens, prompts.token_block)
+            tokens = self.vit.norm(tokens)
+        return tokens.float()
