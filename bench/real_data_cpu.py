@@ -125,11 +125,12 @@ def mean_of(values) -> float:
 
 
 def row_of(arm: str, seed: int, metrics: dict, minutes: float) -> dict:
-    """One table row: accuracies as fractions; the diagnostics averaged over tasks (NaN without prompts)."""
+    """One table row: accuracies as fractions; the diagnostics averaged over tasks (NaN without prompts; TII NaN
+    for methods that infer no task id)."""
     tii = metrics["tii_accuracy"]
     diag = (metrics.get("method") or {}).get("diagnostics") or []
     return {"run": arm, "seed": seed, "FA": metrics["FA"], "CA": metrics["CA"], "FM": metrics["FM"],
-            "TIL_FA": metrics["til_FA"], "TII": sum(tii) / len(tii),
+            "TIL_FA": metrics["til_FA"], "TII": sum(tii) / len(tii) if tii else math.nan,
             "probe_gain": mean_of(d["til_prompted_after_tap"] - d["til_frozen_probe"] for d in diag),
             "wtp_gain": mean_of(d["til_prompted_before_tap"] - d["til_frozen_probe"] for d in diag),
             "feat_trained": mean_of(d["feature_change_trained"] for d in diag),

@@ -159,3 +159,11 @@ def test_throughput_bench_prints_its_table_and_writes_json(tmp_path, capsys):
     assert result["rows"][0]["vs_off"] == 1.0
     assert set(result["stage_seconds"]) == {"off", "bf16"} and "wtp" in result["stage_seconds"]["off"]
     assert "| amp | batch | train img/s" in capsys.readouterr().out
+
+
+def test_rows_of_methods_without_task_inference_or_diagnostics():
+    metrics = {"FA": 0.5, "CA": 0.6, "FM": 0.1, "til_FA": 0.7, "tii_accuracy": None, "method": {"name": "l2p"}}
+    row = real_data_cpu.row_of("l2p", 1, metrics, 2.0)
+    assert math.isnan(row["TII"]) and math.isnan(row["probe_gain"]) and row["TIL_FA"] == 0.7
+    line = real_data_cpu.rows_table([row])[-1]
+    assert line.startswith("| l2p | 1 | 50.00 |") and "| – |" in line

@@ -190,16 +190,14 @@ class CODAPrompt(PrefixMethod):
     # ---- state ----------------------------------------------------------
     def state_dict(self, task: int) -> Dict[str, Any]:
         return {**{name: pool.cpu() for name, pool in self.pools.items()}, "learned": self.learned,
-                "gates": {str(i): gate.state_dict() for i, gate in enumerate(self.model.gates)},
+                "gates": self.model.gate_state(),
                 "head": {k: v.cpu() for k, v in self.head.state_dict().items()}}
 
     def load_state_dict(self, state: Dict[str, Any], with_training_state: bool = True) -> None:
         for name, pool in self.pools.items():
             pool.copy_(state[name].to(self.device))
         self.learned = int(state["learned"])
-        for i, gate in enumerate(self.model.gates):
-            gate.load_state_dict(state["gates"][str(i)])
-        self.model.freeze_gates()
+        self.model.load_gate_state(state["gates"])
         self.head.load_state_dict(state["head"])
 
     def describe(self) -> Dict[str, Any]:

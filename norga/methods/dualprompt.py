@@ -137,7 +137,7 @@ class DualPrompt(PrefixMethod):
     def state_dict(self, task: int) -> Dict[str, Any]:
         return {"g_prompt": self.g_prompt.detach().cpu(), "e_prompts": self.e_prompts.cpu(),
                 "keys": self.keys.cpu(), "learned": self.learned,
-                "gates": {str(i): gate.state_dict() for i, gate in enumerate(self.model.gates)},
+                "gates": self.model.gate_state(),
                 "head": {k: v.cpu() for k, v in self.head.state_dict().items()}}
 
     def load_state_dict(self, state: Dict[str, Any], with_training_state: bool = True) -> None:
@@ -146,9 +146,7 @@ class DualPrompt(PrefixMethod):
         self.e_prompts.copy_(state["e_prompts"].to(self.device))
         self.keys.copy_(state["keys"].to(self.device))
         self.learned = int(state["learned"])
-        for i, gate in enumerate(self.model.gates):
-            gate.load_state_dict(state["gates"][str(i)])
-        self.model.freeze_gates()
+        self.model.load_gate_state(state["gates"])
         self.head.load_state_dict(state["head"])
 
     def describe(self) -> Dict[str, Any]:

@@ -21,7 +21,6 @@ backbone reference: the same TII and TAP, psi trained on frozen features.
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Dict, List, Optional
 
 import torch
@@ -34,27 +33,22 @@ from ..continual.schedules import epoch_scheduler
 from ..continual.seeding import seed_everything, task_generator
 from ..continual.stages import REGULARISERS, align_head, extract_features, fit_on_features
 from ..continual.training import Stage, cross_entropy_term, run_stage
-from ..models import PromptedViT, PromptPool
+from ..models import PromptPool
 from ..models.gates import resolve_gate_spec
 from . import hideprompt_diagnostics as diagnostics
 from . import register_method
-from .base import Method, Prediction, TaskLoaders, TestBatch
+from .base import Prediction, PrefixMethod, TaskLoaders, TestBatch
 
 
 @register_method("hideprompt")
-class HiDePrompt(Method):
+class HiDePrompt(PrefixMethod):
     """Prompts, gates, heads and statistics of one HiDe-Prompt / NoRGa run."""
-
-    @classmethod
-    def resolve_config(cls, method_cfg):
-        return dataclasses.replace(method_cfg, gate=resolve_gate_spec(method_cfg.gate))
 
     def __init__(self, vit, task_classes, cfg, device):
         super().__init__(vit, task_classes, cfg, device)
         c = self.c = cfg.method
         self.gate_spec = resolve_gate_spec(c.gate)  # name and every option, defaults filled in
-        options = {k: v for k, v in self.gate_spec.items() if k != "name"}
-        self.model = PromptedViT(vit, prompt_layers=c.prompt_layers, gate=self.gate_spec["name"], **options)
+        self.model = self.gated_prefix_model(vit, c.prompt_layers, self.gate_spec)
         dim = self.model.embed_dim
         self.prompted = c.prompt_length > 0 and len(self.model.prompt_layers) > 0
         shape = self.model.prompt_shape(max(c.prompt_length, 1))
@@ -66,17 +60,11 @@ class HiDePrompt(Method):
         s = c.stats
         self.uninstructed = GaussianStore(s.kind, s.ridge, s.n_centroids, cfg.seed)
         self.instructed = GaussianStore(s.kind, s.ridge, s.n_centroids, cfg.seed)
-        self.model.freeze_backbone()
-        self.model.to(device)
         self.diagnostics: Dict[int, dict] = {}  # task -> hideprompt_diagnostics.task_diagnostics(...)
 
     @property
     def train_batch_size(self) -> int:
         return self.c.wtp.batch_size
-
-    @property
-    def gates(self) -> list:
-        return [attn.prefix_gate for attn in self.model.prefix_attentions]
 
     # ---- helpers ------------------------------------------------------
     def seen_mask(self, task: int) -> Tensor:
@@ -171,11 +159,7 @@ class HiDePrompt(Method):
             pool.init_from(task, task - 1)
         pool.train_only(task)
         self._wtp_init = pool.prompts[task].detach().clone()  # e_t^0, for the diagnostics
-        gate_params = []
-        for gate in self.gates:
-            trains = gate.trains_on(task)
-            gate.unfreeze() if trains else gate.freeze()
-            gate_params += list(gate.parameters()) if trains else []
+        gate_params = model.gate_parameters_for(task)
         prompt_params = [pool.prompts[task]]
         lr = self._lr(w.lr, w.batch_size)
         optimizer = torch.optim.Adam([{"params": prompt_params + gate_params, "lr": lr},
@@ -205,8 +189,7 @@ class HiDePrompt(Method):
             terms={"ce": cross_entropy_term(self._task_mask(task), w.label_smoothing), "reg": reg})
         model.eval()
         pool.prompts[task].requires_grad_(False)
-        for gate in self.gates:
-            gate.freeze()
+        model.freeze_gates()
         self._wtp_trained = pool.prompts[task].detach().clone()  # e_t before write-back, for the diagnostics
         with torch.no_grad():
             self.task_prompts[task] = pool.ensembled(task, w.momentum).detach()
@@ -246,7 +229,7 @@ class HiDePrompt(Method):
             "task": task,
             "prompts": self.pool.state_dict() if self.prompted else None,
             "task_prompts": self.task_prompts.cpu() if self.prompted else None,
-            "gates": {f"{i}": gate.state_dict() for i, gate in enumerate(self.gates)},
+            "gates": self.model.gate_state(),
             "head": self.head.state_dict(),
             "tii_head": self.tii_head.state_dict(),
             "uninstructed_stats": pick(self.uninstructed),
@@ -260,9 +243,7 @@ class HiDePrompt(Method):
             self.task_prompts.copy_(state["task_prompts"].to(self.device))
             for p in self.pool.prompts:
                 p.requires_grad_(False)
-        for i, gate in enumerate(self.gates):
-            gate.load_state_dict(state["gates"][f"{i}"])
-            gate.freeze()
+        self.model.load_gate_state(state["gates"])
         self.head.load_state_dict(state["head"])
         self.tii_head.load_state_dict(state["tii_head"])
         if state.get("diagnostics"):
@@ -274,11 +255,7 @@ class HiDePrompt(Method):
     # ---- description ----------------------------------------------------
     def gate_values(self) -> Dict[str, List[float]]:
         """What each prompted layer's gate reports, as lists over layers (NoRGa: alpha, tau; linear: nothing)."""
-        values: Dict[str, List[float]] = {}
-        for gate in self.gates:
-            for name, value in gate.report().items():
-                values.setdefault(name, []).append(value)
-        return values
+        return self.model.gate_values()
 
     def describe(self) -> Dict[str, Any]:
         c = self.c

@@ -141,6 +141,17 @@ class PromptedViT(nn.Module):
                 values.setdefault(name, []).append(value)
         return values
 
+    def gate_state(self) -> Dict[str, dict]:
+        """Every gate's state dict, keyed by its position in ``prompt_layers`` ("0", "1", ...)."""
+        return {str(i): gate.state_dict() for i, gate in enumerate(self.gates)}
+
+    def load_gate_state(self, state: Dict[str, dict]) -> None:
+        """Restore :meth:`gate_state` and freeze the gates (they train again only through
+        :meth:`gate_parameters_for`)."""
+        for i, gate in enumerate(self.gates):
+            gate.load_state_dict(state[str(i)])
+        self.freeze_gates()
+
     def freeze_gates(self) -> None:
         for attn in self.prefix_attentions:
             attn.prefix_gate.freeze()
