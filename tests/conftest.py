@@ -54,3 +54,39 @@ def load_run_method(run_dir):
     for t in range(run.scan().done):
         method.load_state_dict(run.load_checkpoint(t)["method"])
     return cfg, bench, method
+
+
+def checkpoint_method_state(run_dir, task: int) -> dict:
+    """The method's part of the checkpoint of ``task`` in a run directory."""
+    import torch
+
+    return torch.load(Path(run_dir) / "checkpoints" / f"task_{task:02d}.pt", weights_only=True)["method"]
+
+
+def assert_predictions_per_sample(cfg, run_dir, task: int, indices=(0, 5, -1)):
+    """Predicting test samples of ``task`` alone gives what the whole batch gave them: logits, true-task logits and
+    (when the method infers one) the task id. Returns (method, images, whole-batch prediction)."""
+    import torch
+
+    from norga.methods.base import TestBatch
+
+    _, bench, method = load_run_method(run_dir)
+    x, _ = next(iter(loaders_of(cfg, bench, method, task).test))
+    seen = torch.ones(method.num_classes, dtype=torch.bool)
+    whole = method.predict(TestBatch(x, task, torch.arange(len(x)), len(x), seen))
+    for i in (int(i) % len(x) for i in indices):
+        alone = method.predict(TestBatch(x[i:i + 1], task, torch.tensor([0]), 1, seen))
+        assert torch.allclose(alone.logits[0], whole.logits[i], atol=1e-5)
+        assert torch.allclose(alone.true_task_logits[0], whole.true_task_logits[i], atol=1e-5)
+        if whole.task_ids is not None:
+            assert alone.task_ids.tolist() == [int(whole.task_ids[i])]
+    return method, x, whole
+
+
+def assert_reevaluation_identical(run_dir, metrics: dict, keys=("acc_matrix", "til_acc_matrix")) -> None:
+    """``eval.py``'s recomputation from the checkpoints equals the training run's metrics."""
+    from norga.continual import evaluate_run
+
+    again = evaluate_run(run_dir)
+    for key in keys:
+        assert again[key] == metrics[key], key

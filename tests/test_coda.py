@@ -9,12 +9,12 @@ import math
 import pytest
 import torch
 
-from conftest import build_run_parts, load_run_method, loaders_of
+from conftest import (assert_predictions_per_sample, assert_reevaluation_identical, build_run_parts,
+                      checkpoint_method_state, load_run_method)
 from faults import assert_kill_then_resume_matches, tiny_method_args
 from norga.config import ConfigError, load_config
-from norga.continual import evaluate_run, run_training
+from norga.continual import run_training
 from norga.continual.schedules import lr_factor
-from norga.methods.base import TestBatch as Batch
 from norga.methods.coda import POOLS, component_weights, ortho_penalty, orthonormal_rows
 from test_methods import SMOKE
 
@@ -25,10 +25,6 @@ TINY_DATA = ["data.classes_per_task=2", "data.options={num_classes: 6, train_per
 
 def tiny_args(out) -> list:
     return tiny_method_args(out, CODA)
-
-
-def _state(out, task):
-    return torch.load(out / "checkpoints" / f"task_{task:02d}.pt", weights_only=True)["method"]
 
 
 def test_component_weights_by_hand():
@@ -100,7 +96,7 @@ def test_prefixes_are_the_weighted_sums_split_into_keys_values_and_heads(coda_ru
 def test_old_components_stay_frozen_and_each_task_draws_orthogonal_new_ones(coda_run):
     cfg, out, metrics = coda_run
     assert metrics["completed_tasks"] == 3 and metrics["tii_accuracy"] is None
-    first, last = _state(out, 0), _state(out, 2)
+    first, last = checkpoint_method_state(out, 0), checkpoint_method_state(out, 2)
     for name in POOLS:
         assert torch.equal(first[name][:, :2], last[name][:, :2])  # task 0 owns rows 0-1
         assert first[name][:, 2:].abs().sum() == 0  # later tasks' rows are drawn when their task starts
@@ -125,19 +121,12 @@ def test_the_orthogonality_penalty_is_a_logged_loss_term(coda_run):
 
 def test_a_prediction_depends_on_its_sample_only(coda_run):
     cfg, out, _ = coda_run
-    _, bench, method = load_run_method(out)
-    x, _ = next(iter(loaders_of(cfg, bench, method, 2).test))
-    seen = torch.ones(method.num_classes, dtype=torch.bool)
-    whole = method.predict(Batch(x, 2, torch.arange(len(x)), len(x), seen))
-    for i in (0, 5, len(x) - 1):
-        alone = method.predict(Batch(x[i:i + 1], 2, torch.tensor([0]), 1, seen))
-        assert torch.allclose(alone.logits[0], whole.logits[i], atol=1e-5)
+    assert_predictions_per_sample(cfg, out, 2)
 
 
 def test_evaluation_from_checkpoints_is_identical(coda_run):
     _, out, metrics = coda_run
-    again = evaluate_run(out)
-    assert again["acc_matrix"] == metrics["acc_matrix"] and again["til_acc_matrix"] == metrics["til_acc_matrix"]
+    assert_reevaluation_identical(out, metrics)
 
 
 @pytest.mark.slow

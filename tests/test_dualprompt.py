@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import build_run_parts, load_run_method, loaders_of
+from conftest import (assert_predictions_per_sample, assert_reevaluation_identical, build_run_parts,
+                      checkpoint_method_state, load_run_method, loaders_of)
 from faults import assert_kill_then_resume_matches, tiny_method_args
 from norga.config import ConfigError, load_config
-from norga.continual import evaluate_run, run_training
-from norga.methods.base import TestBatch as Batch
+from norga.continual import run_training
 from norga.methods.dualprompt import nearest_key
 from test_methods import SMOKE
 
@@ -22,10 +22,6 @@ TINY_DATA = ["data.classes_per_task=2", "data.options={num_classes: 6, train_per
 
 def tiny_args(out) -> list:
     return tiny_method_args(out, DUAL)
-
-
-def _state(out, task):
-    return torch.load(out / "checkpoints" / f"task_{task:02d}.pt", weights_only=True)["method"]
 
 
 def test_nearest_key_by_hand():
@@ -72,7 +68,7 @@ def test_g_and_e_prompts_go_to_their_blocks_as_per_head_prefixes(dual_run):
 def test_old_e_prompts_and_keys_stay_frozen_the_g_prompt_and_first_task_gate_train(dual_run):
     _, out, metrics = dual_run
     assert metrics["completed_tasks"] == 3 and len(metrics["tii_accuracy"]) == 3
-    first, last = _state(out, 0), _state(out, 2)
+    first, last = checkpoint_method_state(out, 0), checkpoint_method_state(out, 2)
     assert torch.equal(first["e_prompts"][0], last["e_prompts"][0])
     assert torch.equal(first["keys"][0], last["keys"][0])
     assert not torch.equal(first["g_prompt"], last["g_prompt"])  # shared: trains on every task
@@ -95,14 +91,7 @@ def test_the_pull_loss_moves_each_task_key_towards_its_queries(dual_run):
 
 def test_predictions_are_per_sample_and_the_true_task_uses_its_own_e_prompt(dual_run):
     cfg, out, _ = dual_run
-    _, bench, method = load_run_method(out)
-    x, _ = next(iter(loaders_of(cfg, bench, method, 1).test))
-    seen = torch.ones(method.num_classes, dtype=torch.bool)
-    whole = method.predict(Batch(x, 1, torch.arange(len(x)), len(x), seen))
-    for i in (0, 5, len(x) - 1):
-        alone = method.predict(Batch(x[i:i + 1], 1, torch.tensor([0]), 1, seen))
-        assert torch.allclose(alone.logits[0], whole.logits[i], atol=1e-5)
-        assert alone.task_ids.tolist() == [int(whole.task_ids[i])]
+    method, x, whole = assert_predictions_per_sample(cfg, out, 1)
     with torch.no_grad():
         query = method.model(x)
         selected = method.head(method.model(x, method.prompts(method.e_prompts[nearest_key(query, method.keys)])))
@@ -113,8 +102,7 @@ def test_predictions_are_per_sample_and_the_true_task_uses_its_own_e_prompt(dual
 
 def test_evaluation_from_checkpoints_is_identical(dual_run):
     _, out, metrics = dual_run
-    again = evaluate_run(out)
-    assert again["acc_matrix"] == metrics["acc_matrix"] and again["til_acc_matrix"] == metrics["til_acc_matrix"]
+    assert_reevaluation_identical(out, metrics)
 
 
 @pytest.mark.slow

@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import build_run_parts, load_run_method, loaders_of
+from conftest import (assert_predictions_per_sample, assert_reevaluation_identical, build_run_parts,
+                      load_run_method, loaders_of)
 from faults import assert_kill_then_resume_matches, tiny_method_args
 from norga.config import ConfigError, load_config
-from norga.continual import evaluate_run, run_training
-from norga.methods.base import TestBatch as Batch
+from norga.continual import run_training
 from norga.methods.l2p import pull_loss, top_k_keys
 from test_methods import SMOKE
 
@@ -82,19 +82,12 @@ def test_prompt_tokens_follow_the_class_token_with_its_position_embedding(l2p_ru
 
 def test_a_prediction_depends_on_its_sample_only(l2p_run):
     cfg, out, _ = l2p_run
-    _, bench, method = load_run_method(out)
-    x, _ = next(iter(loaders_of(cfg, bench, method, 2).test))
-    seen = torch.ones(method.num_classes, dtype=torch.bool)
-    whole = method.predict(Batch(x, 2, torch.arange(len(x)), len(x), seen))
-    for i in (0, 7, len(x) - 1):
-        alone = method.predict(Batch(x[i:i + 1], 2, torch.tensor([0]), 1, seen))
-        assert torch.allclose(alone.logits[0], whole.logits[i], atol=1e-5)
+    assert_predictions_per_sample(cfg, out, 2, indices=(0, 7, -1))
 
 
 def test_evaluation_from_checkpoints_is_identical(l2p_run):
     _, out, metrics = l2p_run
-    again = evaluate_run(out)
-    assert again["acc_matrix"] == metrics["acc_matrix"] and again["til_acc_matrix"] == metrics["til_acc_matrix"]
+    assert_reevaluation_identical(out, metrics)
 
 
 @pytest.mark.slow

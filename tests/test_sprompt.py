@@ -6,10 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import build_run_parts, load_run_method, loaders_of
+from conftest import (assert_predictions_per_sample, assert_reevaluation_identical, build_run_parts,
+                      checkpoint_method_state, load_run_method, loaders_of)
 from faults import assert_kill_then_resume_matches, tiny_method_args
 from norga.config import ConfigError, load_config
-from norga.continual import evaluate_run, run_training
+from norga.continual import run_training
 from norga.continual.stages import extract_features
 from norga.methods.base import TestBatch as Batch
 from norga.methods.sprompt import nearest_centroid_task
@@ -50,14 +51,10 @@ def sprompt_run(tmp_path_factory):
     return cfg, out, run_training(cfg, out)
 
 
-def _state(out, task):
-    return torch.load(out / "checkpoints" / f"task_{task:02d}.pt", weights_only=True)["method"]
-
-
 def test_old_prompts_stay_frozen_and_centroids_are_k_means_fixed_points(sprompt_run):
     cfg, out, metrics = sprompt_run
     assert metrics["completed_tasks"] == 3 and len(metrics["tii_accuracy"]) == 3
-    first, last = _state(out, 0), _state(out, 2)
+    first, last = checkpoint_method_state(out, 0), checkpoint_method_state(out, 2)
     assert torch.equal(first["prompts"][0], last["prompts"][0]) and first["prompts"][0].abs().sum() > 0
     assert torch.equal(first["centroids"][0], last["centroids"][0]) and last["learned"] == 3
     assert not torch.equal(last["prompts"][1], last["prompts"][2])
@@ -74,16 +71,8 @@ def test_old_prompts_stay_frozen_and_centroids_are_k_means_fixed_points(sprompt_
 
 def test_a_prediction_depends_on_its_sample_only(sprompt_run):
     cfg, out, _ = sprompt_run
-    _, bench, method = load_run_method(out)
-    x, _ = next(iter(loaders_of(cfg, bench, method, 1).test))
-    seen = torch.ones(method.num_classes, dtype=torch.bool)
-    whole = method.predict(Batch(x, 1, torch.arange(len(x)), len(x), seen))
-    order = torch.randperm(len(x), generator=torch.Generator().manual_seed(0))[:5]
-    for i in order.tolist():
-        alone = method.predict(Batch(x[i:i + 1], 1, torch.tensor([0]), 1, seen))
-        assert torch.allclose(alone.logits[0], whole.logits[i], atol=1e-5)
-        assert alone.task_ids.item() == whole.task_ids[i].item()
-        assert torch.allclose(alone.true_task_logits[0], whole.true_task_logits[i], atol=1e-5)
+    order = torch.randperm(12, generator=torch.Generator().manual_seed(0))[:5]  # 2 classes x 6 test images
+    assert_predictions_per_sample(cfg, out, 1, indices=order.tolist())
 
 
 def test_the_prompt_is_tokens_after_the_class_token_of_block_zero(sprompt_run):
@@ -101,9 +90,7 @@ def test_the_prompt_is_tokens_after_the_class_token_of_block_zero(sprompt_run):
 
 def test_evaluation_from_checkpoints_is_identical(sprompt_run):
     _, out, metrics = sprompt_run
-    again = evaluate_run(out)
-    for key in ("acc_matrix", "til_acc_matrix", "tii_accuracy"):
-        assert again[key] == metrics[key]
+    assert_reevaluation_identical(out, metrics, ("acc_matrix", "til_acc_matrix", "tii_accuracy"))
 
 
 def test_too_few_images_for_the_centroids_is_one_clear_error(tmp_path):

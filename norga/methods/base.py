@@ -128,6 +128,14 @@ class Method(ABC):
         model.freeze_backbone()
         return model.to(self.device)
 
+    @torch.no_grad()
+    def frozen_query(self, batch: "TestBatch", cache) -> Tensor:
+        """The frozen backbone's features (B, D) of a test batch on the device: ``self.model`` without prompts,
+        each sample computed once per run through ``cache`` (a :class:`~norga.continual.feature_cache.FeatureCache`)."""
+        from ..continual.feature_cache import frozen_features
+
+        return frozen_features(self.model, batch.images, batch.index, cache, batch.task, batch.size).to(self.device)
+
     def gated_prefix_model(self, vit: nn.Module, prompt_layers, gate: Dict[str, Any]):
         """The frozen backbone as a PromptedViT with prefix attention through the registered gate ``gate``
         (``{name: ..., options...}``) on blocks ``prompt_layers``, on the device."""
@@ -142,6 +150,11 @@ class Method(ABC):
 
     def seen_classes(self, task: int) -> List[int]:
         return [c for t in range(task + 1) for c in self.task_classes[t]]
+
+
+def scaled_lr(lr: float, batch_size: int, scale: bool) -> float:
+    """``lr`` x batch / 256 when ``scale`` (the linear scaling rule of the official scripts), else ``lr``."""
+    return lr * batch_size / 256 if scale else lr
 
 
 class PrefixMethod(Method):

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..config import ConfigError
-from ..continual.feature_cache import FeatureCache, frozen_features
+from ..continual.feature_cache import FeatureCache
 from ..continual.heads import class_mask, init_linear_layers
 from ..continual.schedules import epoch_scheduler
 from ..continual.seeding import seed_everything, task_generator
@@ -183,7 +183,7 @@ class CODAPrompt(PrefixMethod):
         cache = cache if cache is not None else FeatureCache()
         self.model.eval()
         self.head.eval()
-        query = frozen_features(self.model, batch.images, batch.index, cache, batch.task, batch.size).to(self.device)
+        query = self.frozen_query(batch, cache)
         logits = self.head(self.model(batch.images, self.prompts(query, *self.in_use(max(self.learned, 1)))))
         return Prediction(logits, logits)
 

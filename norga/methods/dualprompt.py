@@ -24,13 +24,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..continual.feature_cache import FeatureCache, frozen_features
+from ..continual.feature_cache import FeatureCache
 from ..continual.heads import class_mask, init_linear_layers
 from ..continual.seeding import seed_everything, task_generator
 from ..continual.training import Stage, cross_entropy_term, run_stage
 from ..models.prompt_inputs import PromptInput
 from . import register_method
-from .base import Prediction, PrefixMethod, TaskLoaders, TestBatch, check_blocks
+from .base import Prediction, PrefixMethod, TaskLoaders, TestBatch, check_blocks, scaled_lr
 
 INIT_STAGE = 0  # generator id of the prompts' and keys' initialisation: task_generator(seed, 0, INIT_STAGE)
 
@@ -70,9 +70,6 @@ class DualPrompt(PrefixMethod):
     def train_batch_size(self) -> int:
         return self.c.batch_size
 
-    def _lr(self) -> float:
-        return self.c.lr * self.c.batch_size / 256 if self.c.scale_lr_by_batch else self.c.lr
-
     def prompts(self, e_prompts: Tensor) -> PromptInput:
         """E-prompts (B or 1, P_e, 2, L_e, H, Dh) -> the forward's prefixes, with the G-prompt on its blocks."""
         prefixes = as_prefixes(self.g_prompt.unsqueeze(0), self.g_layers)
@@ -87,7 +84,8 @@ class DualPrompt(PrefixMethod):
             self.e_prompts[task] = self.e_prompts[task - 1]
         e_prompt, key = nn.Parameter(self.e_prompts[task].clone()), nn.Parameter(self.keys[task].clone())
         params = [self.g_prompt, e_prompt, key, *model.gate_parameters_for(task), *self.head.parameters()]
-        optimizer = torch.optim.Adam(params, lr=self._lr(), betas=(0.9, 0.999), weight_decay=0.0)  # new per task
+        lr = scaled_lr(c.lr, c.batch_size, c.scale_lr_by_batch)
+        optimizer = torch.optim.Adam(params, lr=lr, betas=(0.9, 0.999), weight_decay=0.0)  # new per task
         model.eval()  # the frozen backbone in eval mode throughout
 
         def forward(batch):
@@ -125,7 +123,7 @@ class DualPrompt(PrefixMethod):
         cache = cache if cache is not None else FeatureCache()
         self.model.eval()
         self.head.eval()
-        query = frozen_features(self.model, batch.images, batch.index, cache, batch.task, batch.size).to(self.device)
+        query = self.frozen_query(batch, cache)
         tasks = self.select_tasks(query)
         logits = self._logits(batch.images, tasks)
         true_logits, wrong = logits.clone(), tasks != batch.task

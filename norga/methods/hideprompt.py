@@ -26,7 +26,7 @@ from typing import Any, Dict, List, Optional
 import torch
 from torch import Tensor
 
-from ..continual.feature_cache import FeatureCache, frozen_features, prompted_features
+from ..continual.feature_cache import FeatureCache, prompted_features
 from ..continual.gaussian import GaussianStore
 from ..continual.heads import TaskIdentityHead, class_mask, init_linear_layers, masked_logits
 from ..continual.schedules import epoch_scheduler
@@ -37,7 +37,7 @@ from ..models import PromptPool
 from ..models.gates import resolve_gate_spec
 from . import hideprompt_diagnostics as diagnostics
 from . import register_method
-from .base import Prediction, PrefixMethod, TaskLoaders, TestBatch
+from .base import Prediction, PrefixMethod, TaskLoaders, TestBatch, scaled_lr
 
 
 @register_method("hideprompt")
@@ -75,7 +75,7 @@ class HiDePrompt(PrefixMethod):
         return self.seen_classes(task - 1) if task > 0 else []
 
     def _lr(self, lr: float, batch_size: int) -> float:
-        return lr * batch_size / 256 if self.c.scale_lr_by_batch else lr
+        return scaled_lr(lr, batch_size, self.c.scale_lr_by_batch)
 
     def _align_batches(self, rule: str, task: int) -> Optional[int]:
         """Batches per alignment epoch: C_old (``old_classes``, authors' code) or all (None)."""
@@ -209,7 +209,7 @@ class HiDePrompt(PrefixMethod):
         self.head.eval()
         self.tii_head.eval()
         x, task, index, n = batch.images, batch.task, batch.index, batch.size
-        frozen = frozen_features(self.model, x, index, cache, task, n).to(self.device)
+        frozen = self.frozen_query(batch, cache)
         classes = masked_logits(self.tii_head(frozen), batch.seen).argmax(dim=1)
         tasks = self.class_to_task.to(classes.device)[classes]
         if not self.prompted:

@@ -26,13 +26,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..continual.feature_cache import FeatureCache, frozen_features
+from ..continual.feature_cache import FeatureCache
 from ..continual.heads import class_mask, init_linear_layers
 from ..continual.seeding import seed_everything, task_generator
 from ..continual.training import Stage, cross_entropy_term, run_stage
 from ..models.prompt_inputs import PromptInput
 from . import register_method
-from .base import Method, Prediction, TaskLoaders, TestBatch
+from .base import Method, Prediction, TaskLoaders, TestBatch, scaled_lr
 
 INIT_STAGE = 0  # generator id of the pool's initialisation: task_generator(seed, 0, INIT_STAGE)
 
@@ -73,9 +73,6 @@ class L2P(Method):
     def train_batch_size(self) -> int:
         return self.c.batch_size
 
-    def _lr(self) -> float:
-        return self.c.lr * self.c.batch_size / 256 if self.c.scale_lr_by_batch else self.c.lr
-
     # ---- the prompted forward ------------------------------------------
     def tokens(self, chosen: Tensor) -> PromptInput:
         """Chosen prompt ids (B, N) -> the forward's prompt tokens (B, N·L, D), per sample."""
@@ -92,7 +89,8 @@ class L2P(Method):
         c, model, device = self.c, self.model, self.device
         seed_everything(self.cfg.seed * 1_000_003 + task)
         params = [self.prompts, self.keys, *self.head.parameters()]
-        optimizer = torch.optim.Adam(params, lr=self._lr(), betas=(0.9, 0.999), weight_decay=0.0)  # new per task
+        lr = scaled_lr(c.lr, c.batch_size, c.scale_lr_by_batch)
+        optimizer = torch.optim.Adam(params, lr=lr, betas=(0.9, 0.999), weight_decay=0.0)  # new per task
         counts = torch.zeros(c.pool_size, dtype=torch.long)
         model.eval()  # the backbone is frozen; its dropout-free eval mode throughout
 
@@ -127,7 +125,7 @@ class L2P(Method):
         cache = cache if cache is not None else FeatureCache()
         self.model.eval()
         self.head.eval()
-        query = frozen_features(self.model, batch.images, batch.index, cache, batch.task, batch.size).to(self.device)
+        query = self.frozen_query(batch, cache)
         logits, _, _ = self.forward_selected(batch.images, query)
         return Prediction(logits, logits)
 

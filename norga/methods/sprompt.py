@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..continual.feature_cache import FeatureCache, frozen_features, prompted_features
+from ..continual.feature_cache import FeatureCache, prompted_features
 from ..continual.heads import class_mask, init_linear_layers, masked_logits
 from ..continual.schedules import epoch_scheduler
 from ..continual.seeding import seed_everything, task_generator
@@ -140,7 +140,7 @@ class SPrompt(Method):
         self.model.eval()
         self.head.eval()
         x, task, index, n = batch.images, batch.task, batch.index, batch.size
-        frozen = frozen_features(self.model, x, index, cache, task, n).to(self.device)
+        frozen = self.frozen_query(batch, cache)
         tasks = self.select_tasks(frozen)
         prompt_of = lambda k, m: self.tokens(self.prompts[k])  # noqa: E731 - broadcast over the m samples
         feats = prompted_features(self.model, x, index, tasks, prompt_of, cache, task, n).to(self.device)

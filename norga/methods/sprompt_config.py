@@ -17,7 +17,7 @@ from . import method_config
 @method_config("sprompt", module="norga.methods.sprompt")
 @dataclass
 class SPromptConfig(MethodConfig):
-    """S-Prompts with one common head: a token prompt per task, the task chosen per sample by nearest K-means centroid."""
+    """S-Prompts with one common head: a token prompt per task, chosen per sample by the nearest K-means centroid."""
 
     name: str = _f("sprompt")
     prompt_length: int = _f(10, ge=1)  # tokens prepended after the class token at block 0 (official: 10)
