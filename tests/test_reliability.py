@@ -88,6 +88,21 @@ def test_lost_config_is_recovered_from_the_checkpoints(reference, tmp_path, caps
     assert (run / "config.yaml").read_text() == (reference / "config.yaml").read_text()
 
 
+
+def test_a_run_written_before_a_config_key_existed_continues_only_at_its_default(reference, tmp_path, capsys):
+    import yaml
+
+    run = copy_run(reference, tmp_path / "run", 2)
+    stored = yaml.safe_load((run / "config.yaml").read_text())
+    assert stored.pop("amp") == "off"  # as a run of a norga without the key would have stored it
+    (run / "config.yaml").write_text(yaml.safe_dump(stored))
+    status, _, err = cli(capsys, "train", *train_args(run, "--set", "amp=bf16"))
+    assert_one_line_error(status, err, "different config (changed: ['amp'])")
+    status, _, err = cli(capsys, "train", *train_args(run))  # trains the third task on the default
+    assert status == 0, err[-2000:]
+    assert comparable(metrics_of(run)) == comparable(metrics_of(reference))
+
+
 def test_truncated_checkpoint_is_named_and_training_redoes_that_task(reference, tmp_path, capsys):
     run = copy_run(reference, tmp_path / "run", 3)
     last = run / "checkpoints" / "task_02.pt"

@@ -143,12 +143,28 @@ def _check_run_config(cfg: Config, run: RunDir, done: int, force: bool) -> None:
     if old_layout and done > 0:
         raise RunError(f"{run.root} holds a run of norga 0.1 (old config layout: {old_layout} at the top level); "
                        "this version cannot continue it: finish it with norga 0.1, or use a new --output-dir")
+    if previous is not None and done > 0:
+        previous = _with_new_defaults(previous)
     if previous is not None and previous != resolved and done > 0 and not force:
         changed = sorted(_diff_keys(previous, resolved))
         raise RunConfigMismatch(
             f"{run.root} holds a run with a different config (changed: {changed}); "
             "use another --output-dir, or --force to continue with the new config"
         )
+
+
+def _with_new_defaults(previous: dict) -> dict:
+    """``previous`` with keys added to norga since that run was written filled with their defaults.
+
+    A new config key's default keeps the behaviour of the versions without it, so a run
+    written before the key existed continues without ``--force``. A stored config this
+    version cannot read (a removed key, an invalid value) is returned unchanged and so
+    reported as a change.
+    """
+    try:
+        return config_to_dict(from_dict(Config, previous, ""))
+    except (ConfigError, TypeError):
+        return previous
 
 
 def _diff_keys(a: dict, b: dict, prefix: str = "") -> list:
