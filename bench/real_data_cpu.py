@@ -34,6 +34,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench import mixed_domains  # noqa: E402
+from bench.moe_arms import ROUTING_ARMS, ROUTING_PAIRS, is_moe_arm, routing_fields, routing_lines  # noqa: E402
 from norga.config import load_config  # noqa: E402
 from norga.summary_stats import describe, paired  # noqa: E402
 
@@ -84,13 +85,14 @@ REGIMES: Dict[str, Regime] = {
         data=mixed_root,
         pairs=[("norga_tanh", "hideprompt"), ("hideprompt", "no_prompt"), ("norga_tanh", "no_prompt"),
                ("sprompt", "no_prompt"), ("l2p", "no_prompt"), ("dualprompt", "no_prompt"), ("coda", "no_prompt"),
-               ("norga_tanh", "sprompt"), ("norga_tanh", "l2p"), ("norga_tanh", "dualprompt"), ("norga_tanh", "coda")],
+               ("norga_tanh", "sprompt"), ("norga_tanh", "l2p"), ("norga_tanh", "dualprompt"), ("norga_tanh", "coda"),
+               *ROUTING_PAIRS],
         # baselines with the WTP budget (20 epochs, batch 25, no augmentation) and each method's own lr recipe
         optional={"sprompt": ["method={name: sprompt, epochs: 20, batch_size: 25, lr: 0.01}"],
                   "l2p": ["method={name: l2p, epochs: 20, batch_size: 25, lr: 0.03, scale_lr_by_batch: true}"],
                   "dualprompt": ["method={name: dualprompt, epochs: 20, batch_size: 25, lr: 0.03, "
                                  "scale_lr_by_batch: true}"],
-                  "coda": ["method={name: coda, epochs: 20, batch_size: 25, lr: 0.001}"]},
+                  "coda": ["method={name: coda, epochs: 20, batch_size: 25, lr: 0.001}"], **ROUTING_ARMS},
         description="mixed domains (MNIST, Fashion-MNIST, 2 CIFAR-100 groups; 4 tasks x 10 classes), "
                     "configs/bench/evidence_cpu.yaml"),
     "cifar100_first": Regime(
@@ -135,7 +137,7 @@ def row_of(arm: str, seed: int, metrics: dict, minutes: float) -> dict:
             "wtp_gain": mean_of(d["til_prompted_before_tap"] - d["til_frozen_probe"] for d in diag),
             "feat_trained": mean_of(d["feature_change_trained"] for d in diag),
             "feat_random": mean_of(d["feature_change_random"] for d in diag),
-            "minutes": minutes}
+            "BWT": metrics.get("BWT"), "minutes": minutes}
 
 
 def run_one(regime: Regime, arm: str, seed: int, args) -> dict:
@@ -151,7 +153,10 @@ def run_one(regime: Regime, arm: str, seed: int, args) -> dict:
     minutes = sum(metrics["task_seconds"]) / 60  # training + evaluation of all tasks, also across resumes
     print(f"{arm} seed {seed}: FA {metrics['FA']:.4f} TIL_FA {metrics['til_FA']:.4f} "
           f"({(time.time() - start) / 60:.1f} min in this call)", flush=True)
-    return row_of(arm, seed, metrics, minutes)
+    row = row_of(arm, seed, metrics, minutes)
+    if is_moe_arm(arm):
+        row.update(routing_fields(args.runs_dir / f"{arm}_seed{seed}"))
+    return row
 
 
 # ---- results: rows, statistics, figure ---------------------------------------------------------------
@@ -262,7 +267,7 @@ def save_results(rows: List[dict], regime: Regime, stem: Path, header: str) -> N
     stem.parent.mkdir(parents=True, exist_ok=True)
     stats = statistics(rows, regime)
     text = "\n".join([header, "", *rows_table(rows), "", *statistics_lines(stats), "",
-                      *diagnostics_lines(rows, regime), ""])
+                      *diagnostics_lines(rows, regime), "", *routing_lines(rows), ""])
     for path, content in ((stem.with_suffix(".json"), json.dumps(rows, indent=1)), (stem.with_suffix(".md"), text)):
         tmp = path.with_suffix(path.suffix + ".tmp")
         tmp.write_text(content)

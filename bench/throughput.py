@@ -5,6 +5,7 @@ extraction and prompted evaluation, peak memory per batch size, and the per-stag
     python bench/throughput.py --config configs/cifar100_norga.yaml --device cuda --amp off bf16 fp16 \\
         --batch 32 128 --steps 10                                     # a GPU user's run (needs the weights)
     python bench/throughput.py --task                                 # + per-stage seconds of task 0
+    python bench/throughput.py --compile default --amp off            # the backbone through torch.compile
 
 Rows (one per amp mode and batch size), on random images of the config's input size:
 
@@ -22,7 +23,7 @@ Rows (one per amp mode and batch size), on random images of the config's input s
 per stage from the epoch log (the time between consecutive epoch-log lines, given to the later line's
 stage, so the feature extraction before a stage counts towards it). Results: a table on stdout and
 ``--json`` (default ``bench/results/throughput_<device>.json``). Times are medians over ``--steps``
-steps after one warm-up step.
+steps after one warm-up step (with ``--compile`` the warm-up step also compiles, so compile time is not counted).
 """
 from __future__ import annotations
 
@@ -48,6 +49,7 @@ from norga.config import load_config  # noqa: E402
 from norga.continual.devices import resolve_device  # noqa: E402
 from norga.models import PromptedViT, PromptPool  # noqa: E402
 from norga.models.gates import resolve_gate_spec  # noqa: E402
+from norga.models.compilation import compile_mode  # noqa: E402
 from norga.models.precision import amp_mode  # noqa: E402
 
 DEFAULT_PREFIX = {"prompt_layers": [0, 1, 2, 3, 4], "prompt_length": 5, "gate": {"name": "norga"}}
@@ -132,7 +134,7 @@ def stage_seconds(cfg) -> Dict[str, float]:
     vit = build_vit(cfg)
     bench = build_data(cfg, vit)
     method = build_method(cfg, vit, bench.task_classes, resolve_device(cfg.device))
-    with tempfile.TemporaryDirectory() as tmp, amp_mode(cfg.amp):
+    with tempfile.TemporaryDirectory() as tmp, amp_mode(cfg.amp), compile_mode(cfg.compile):
         start = time.time()
         with epoch_log(Path(tmp)):
             method.learn_task(0, task_loaders(cfg, bench, 0, method.train_batch_size))
@@ -159,6 +161,8 @@ def parse_args(argv=None):
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override (repeatable)")
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:K")
     p.add_argument("--amp", nargs="+", default=["off", "bf16"], choices=["off", "bf16", "fp16"])
+    p.add_argument("--compile", default="off", choices=["off", "default", "reduce-overhead", "max-autotune"],
+                   help="torch.compile mode of the backbone for every row (compilation happens in the warm-up step)")
     p.add_argument("--batch", nargs="+", type=int, default=[8, 32])
     p.add_argument("--steps", type=int, default=5, help="timed steps per measurement (median)")
     p.add_argument("--task", action="store_true", help="also time the stages of task 0 with the config's method")
@@ -175,18 +179,18 @@ def main(argv=None) -> int:
     for batch in args.batch:
         reference = None
         for mode in args.amp:
-            with amp_mode(mode):
+            with amp_mode(mode), compile_mode(args.compile):
                 row = {"amp": mode, "batch": batch, **measure(model, pool, size, batch, args.steps, device)}
             reference = row["train_img_s"] if mode == "off" else reference
             row["vs_off"] = round(row["train_img_s"] / reference, 3) if reference else None
             rows.append(row)
     result = {"config": str(args.config), "overrides": args.set, "device": str(device), "image_size": size,
               "prefix": prefix_settings(cfg), "torch": torch.__version__, "machine": platform.processor() or
-              platform.machine(), "threads": torch.get_num_threads(), "steps": args.steps, "rows": rows}
+              platform.machine(), "threads": torch.get_num_threads(), "steps": args.steps, "compile": args.compile, "rows": rows}
     print_table(rows)
     if args.task:
         result["stage_seconds"] = {mode: stage_seconds(load_config(args.config, args.set + [
-            f"device={args.device}", f"amp={mode}"])) for mode in args.amp}
+            f"device={args.device}", f"amp={mode}", f"compile={args.compile}"])) for mode in args.amp}
         print("stage seconds of task 0:", json.dumps(result["stage_seconds"]))
     out = args.json or REPO / "bench" / "results" / f"throughput_{device.type}.json"
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,8 +1,9 @@
-"""The ``norga`` command: ``norga train | eval | summarize | list`` and ``norga --version``.
+"""The ``norga`` command: ``norga train | eval | summarize | routes | list`` and ``norga --version``.
 
     norga train --config configs/smoke.yaml --output-dir runs/smoke [--set method.wtp.epochs=3 ...] [--dry-run] [--force]
     norga eval --run runs/smoke [--output eval.json]
     norga summarize runs/a_s42 runs/a_s43 [--vs runs/b_s42 runs/b_s43] [--out DIR]
+    norga routes --run runs/mh_moe          # N_eff / old-task loss change per route of an MoE-adapter run
     norga list
 
 ``train.py`` and ``eval.py`` are thin wrappers around :func:`train_main` and
@@ -110,13 +111,23 @@ def run_train(args: argparse.Namespace) -> int:
     from .continual.runner import dry_run, run_training  # torch, timm
 
     if args.dry_run:
-        print(dry_run(cfg))
-        print("dry run OK: config, data, weights and checkpoint are usable")
+        report = dry_run(cfg)
+        if _main_process():
+            print(report)
+            print("dry run OK: config, data, weights and checkpoint are usable")
         return 0
     m = run_training(cfg, out, force=args.force)
+    if not _main_process():
+        return 0
     print(f"run complete: FA {m['FA']:.4f}  CA {m['CA']:.4f}  FM {m['FM']:.4f} "
           f"({m['completed_tasks']} of {m['num_tasks']} tasks) -> {out / 'metrics.json'}")
     return 0
+
+
+def _main_process() -> bool:
+    from .continual.distributed import is_main
+
+    return is_main()
 
 
 def _resume_hint(args: argparse.Namespace) -> str:
@@ -143,7 +154,9 @@ def train_main(argv: Optional[Sequence[str]] = None) -> int:
 
 # ---- eval -----------------------------------------------------------------
 def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--run", required=True, type=Path, help="run folder written by norga train")
+    parser.add_argument("--run", "--run-dir", dest="run", required=True, type=Path,
+                        help="run folder written by norga train (under torchrun write --run-dir: torchrun "
+                             "takes --run for its own --run-path)")
     parser.add_argument("--output", type=Path, default=None,
                         help="where to write the metrics (default RUN/eval.json)")
 
@@ -155,6 +168,8 @@ def run_eval(args: argparse.Namespace) -> int:
     from .continual.rundir import atomic_write_bytes
 
     metrics = evaluate_run(args.run)
+    if not _main_process():  # torchrun: rank 0 writes and prints
+        return 0
     out = args.output or args.run / "eval.json"
     atomic_write_bytes(out, (json.dumps(metrics, indent=2) + "\n").encode())
     print(f"{metrics['completed_tasks']} of {metrics['num_tasks']} tasks evaluated: FA {metrics['FA']:.4f}  "
@@ -168,6 +183,18 @@ def eval_main(argv: Optional[Sequence[str]] = None) -> int:
     add_eval_arguments(parser)
     args = parser.parse_args(argv)
     return guarded(lambda: run_eval(args), lambda: "nothing was written")
+
+
+# ---- routes ----------------------------------------------------------------------
+def run_routes(args: argparse.Namespace) -> int:
+    from .continual.route_report import route_report
+
+    report = route_report(args.run, bins=args.bins)
+    for block, layer in sorted(report["layers"].items(), key=lambda kv: int(kv[0])):
+        print(f"block {block}: N_eff route-wise {layer['route_wise']['n_eff']:.2f}, path-wise "
+              f"{layer['path_wise']['n_eff']:.2f} ({layer['path_wise']['routes']} paths used)")
+    print(f"-> {Path(args.run) / 'routes.json'}, {Path(args.run) / 'plots' / 'routes.png'}")
+    return 0
 
 
 # ---- summarize, list ------------------------------------------------------------
@@ -225,16 +252,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return summarize_main(argv[1:])
     parser = argparse.ArgumentParser(prog="norga", description=__doc__.split("\n\n")[0])
     parser.add_argument("--version", action="version", version=f"norga {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{train,eval,summarize,list}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{train,eval,summarize,routes,list}")
     add_train_arguments(commands.add_parser("train", help="train or resume a run"))
     add_eval_arguments(commands.add_parser("eval", help="re-evaluate a run from its checkpoints"))
     commands.add_parser("summarize", help="aggregate run folders over seeds (norga summarize --help)")
+    routes = commands.add_parser("routes", help="N_eff and old-task loss change per route of an MoE-adapter run")
+    routes.add_argument("--run", "--run-dir", dest="run", required=True, type=Path, help="a finished run folder")
+    routes.add_argument("--bins", type=int, default=4, help="mass-quantile bins of N_eff (default 4)")
     commands.add_parser("list", help="registered gates, methods, benchmarks and backbone presets")
     args = parser.parse_args(argv)
     if args.command == "train":
         return guarded(lambda: run_train(args), lambda: _resume_hint(args))
     if args.command == "eval":
         return guarded(lambda: run_eval(args), lambda: "nothing was written")
+    if args.command == "routes":
+        return guarded(lambda: run_routes(args), lambda: "nothing was written")
     print("\n".join(registry_lines()))
     return 0
 

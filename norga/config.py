@@ -101,6 +101,7 @@ def _default_method() -> MethodConfig:
 
 
 AMP_MODES = ("off", "bf16", "fp16")
+COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")  # torch.compile modes of the backbone
 
 
 @dataclass
@@ -109,6 +110,8 @@ class Config:
     device: str = _f("auto")  # auto (CUDA if available), cpu, cuda or cuda:K
     # backbone autocast: off, bf16 or fp16 (with a loss scaler); prompts, gates, heads, statistics stay fp32
     amp: Union[str, bool] = _f("off")  # YAML reads a bare off as false: both mean "off"
+    # torch.compile of the backbone forward: off, default, reduce-overhead or max-autotune (true = default)
+    compile: Union[str, bool] = _f("off")
     eval_batch_size: int = _f(256, ge=1)
     # true: classifier logits restricted to classes seen so far (standard class-incremental evaluation);
     # false: all classes compete in the argmax (authors' code). A method's own task inference is not affected.
@@ -123,6 +126,10 @@ class Config:
             self.amp = "off"
         if self.amp not in AMP_MODES:
             raise ConfigError(f"amp: {self.amp!r} is not one of {list(AMP_MODES)}")
+        if isinstance(self.compile, bool):
+            self.compile = "default" if self.compile else "off"
+        if self.compile not in COMPILE_MODES:
+            raise ConfigError(f"compile: {self.compile!r} is not one of {list(COMPILE_MODES)} (or true / false)")
         if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", str(self.device)):
             raise ConfigError(f"device: expected auto, cpu, cuda or cuda:K (K = a GPU index), got {self.device!r}")
 

@@ -73,6 +73,20 @@ MUTANTS = (
            ("tests/test_coda.py",)),
     Mutant("coda_new_rows_not_orthogonal_to_old", "norga/methods/coda.py", "v = v - (v @ basis) @ basis.T",
            "v = v", ("tests/test_coda.py",)),
+    Mutant("moe_softmax_over_all_experts", "norga/models/moe_adapters.py",
+           "return chosen, values.softmax(dim=-1)", "return chosen, logits.softmax(dim=-1).gather(-1, chosen)",
+           ("tests/test_moe_adapters.py",)),
+    Mutant("moe_slices_share_one_router", "norga/models/moe_adapters.py",
+           'torch.einsum("nhs,hks->nhk", slices, self.router)',
+           'torch.einsum("nhs,ks->nhk", slices, self.router[0])', ("tests/test_moe_adapters.py",)),
+    Mutant("n_eff_without_square", "norga/continual/routing.py", "return 1.0 / (p ** 2).sum(1)",
+           "return 1.0 / p.sum(1)", ("tests/test_moe_adapters.py",)),
+    Mutant("ddp_gradients_unweighted", "norga/continual/distributed.py",
+           "(p.grad.detach().float().flatten() * samples)", "p.grad.detach().float().flatten()",
+           ("tests/test_distributed.py",)),
+    Mutant("ddp_statistics_from_own_shard", "norga/continual/stages.py",
+           "    if shard is None:\n        return feats, labels", "    if True:\n        return feats, labels",
+           ("tests/test_distributed.py",)),
 )
 
 

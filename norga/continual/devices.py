@@ -6,13 +6,16 @@ import os
 import torch
 
 from ..config import Config, ConfigError
+from .distributed import local_device
 
 MAX_AUTO_WORKERS = 8
 
 
 def resolve_device(name: str) -> torch.device:
     """``auto`` (CUDA when available), ``cpu``, ``cuda`` or ``cuda:K`` -> a torch.device; a GPU that is not
-    there is one ConfigError naming what is."""
+    there is one ConfigError naming what is. Under torchrun ``cuda``/``auto`` mean this process's GPU
+    (``cuda:LOCAL_RANK``)."""
+    name = local_device(name)
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     device = torch.device(name)
@@ -31,11 +34,12 @@ def auto_workers(cpus: int) -> int:
 
 
 def loader_options(cfg: Config) -> dict:
-    """DataLoader keyword arguments: workers (``data.num_workers``, ``auto`` from the CPUs this process may use),
+    """DataLoader keyword arguments: workers (``data.num_workers``, ``auto`` from the CPUs this process may use,
+    divided among torchrun's processes on this machine),
     pinned memory on CUDA, workers kept alive across epochs when there are any."""
     workers = cfg.data.num_workers
-    if workers == "auto":
+    if workers == "auto":  # under torchrun the CPUs are shared by the processes of this machine
         cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        workers = auto_workers(cpus)
+        workers = auto_workers(cpus // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1"))))
     on_cuda = resolve_device(cfg.device).type == "cuda"
     return dict(num_workers=workers, pin_memory=on_cuda, persistent_workers=workers > 0)

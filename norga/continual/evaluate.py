@@ -25,6 +25,7 @@ from typing import Any, Optional, Tuple
 import torch
 from torch import Tensor
 
+from .distributed import shard_of, sum_over_processes
 from .heads import masked_logits
 
 
@@ -49,27 +50,32 @@ def evaluate_task(method, task: int, seen: Tensor, loader, device, cache: Any = 
     from ..methods.base import TestBatch  # late: norga.methods imports this package
 
     n = len(loader.dataset)
+    if n == 0:
+        raise ValueError(f"test set of task {task} is empty")
+    shard = shard_of(loader)  # torchrun: this process evaluates a contiguous part; the counts are summed
+    start, expected = (shard.start, len(shard)) if shard is not None else (0, n)
     task_classes = method.class_to_task.to(device) == task
-    counts, offset = {"cil": 0, "til": 0, "tii": 0, "cil_unmasked": 0}, 0
+    counts = torch.zeros(5, dtype=torch.long)  # cil, til, tii, cil_unmasked, batches without inferred task ids
     predicted = torch.zeros(method.num_tasks, dtype=torch.long)
-    inferred = True
     cil_allowed = seen if mask_unseen else torch.ones_like(seen)
+    offset = start
     for x, y in loader:
         x, y = x.to(device), torch.as_tensor(y).to(device)
         index = torch.arange(offset, offset + len(y))
         offset += len(y)
         out = method.predict(TestBatch(x, task, index, n, seen), cache)
-        counts["cil"] += (masked_logits(out.logits, cil_allowed).argmax(1) == y).sum().item()
-        counts["cil_unmasked"] += (out.logits.argmax(1) == y).sum().item()
-        counts["til"] += (masked_logits(out.true_task_logits, task_classes).argmax(1) == y).sum().item()
+        counts[0] += (masked_logits(out.logits, cil_allowed).argmax(1) == y).sum().item()
+        counts[3] += (out.logits.argmax(1) == y).sum().item()
+        counts[1] += (masked_logits(out.true_task_logits, task_classes).argmax(1) == y).sum().item()
         if out.task_ids is None:
-            inferred = False
+            counts[4] += 1
         else:
-            counts["tii"] += (out.task_ids == task).sum().item()
+            counts[2] += (out.task_ids == task).sum().item()
             predicted = predicted + torch.bincount(out.task_ids.cpu(), minlength=len(predicted))
-    if offset == 0:
-        raise ValueError(f"test set of task {task} is empty")
-    if offset != n:
-        raise ValueError(f"test loader of task {task} yielded {offset} samples, its dataset has {n}")
-    return TaskEvaluation(counts["cil"] / n, counts["til"] / n, counts["tii"] / n if inferred else None,
-                          tuple(predicted.tolist()) if inferred else (), counts["cil_unmasked"] / n)
+    if offset - start != expected:
+        raise ValueError(f"test loader of task {task} yielded {offset - start} samples, its dataset has {expected}")
+    totals = sum_over_processes(torch.cat([counts, predicted])).tolist()
+    (cil, til, tii, cil_unmasked, not_inferred), predicted = totals[:5], totals[5:]
+    inferred = not_inferred == 0
+    return TaskEvaluation(cil / n, til / n, tii / n if inferred else None,
+                          tuple(predicted) if inferred else (), cil_unmasked / n)

@@ -5,18 +5,14 @@ is what ``eval.py`` calls. A run resumes after its last completed task.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
-import hashlib
-import platform
 import time
 from pathlib import Path
 from typing import Optional
 
-import numpy
-import timm
 import torch
-import torchvision
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
@@ -24,19 +20,23 @@ from ..config import MOVED_KEYS, Config, ConfigError, config_to_dict, from_dict
 from ..data import build_benchmark
 from ..errors import RunError
 from ..methods import build_method, method_class
-from ..methods.base import Method, TaskLoaders
-from ..metrics import empty_matrix, summarize
+from ..methods.base import Method
 from ..models.backbone import BACKBONE_PRESETS, backbone_data_config, build_backbone, hub_weights_status
+from ..models.compilation import compile_mode
 from ..models.precision import amp_mode
 from ..plots import write_run_plots
-from .devices import loader_options, resolve_device
+from .devices import resolve_device
+from .distributed import distributed_session, is_main, world_size
 from .epochlog import epoch_log, progress_line
 from .evaluate import evaluate_task
 from .heads import class_mask
-from .rundir import RunDir, code_version
-from .seeding import seed_everything, task_generator
-from .runstate import (attach_evaluation, chance_warning, check_finite, finished_metrics, open_run,
-                       saved_evaluation, task_context, write_results)
+from .loaders import task_loaders, test_loader  # noqa: F401 - re-exported for callers
+from .rundir import RunDir
+from .seeding import seed_everything
+from .runstate import (attach_evaluation, chance_warning, check_finite, finished_metrics, saved_evaluation,
+                       task_context, write_results)
+from .shared_run import opened_run
+from .tracker import MetricsTracker
 
 
 class RunConfigMismatch(RunError):
@@ -70,32 +70,6 @@ def build_data(cfg: Config, vit: torch.nn.Module):
         test_per_class=d.test_per_class, options=d.options, class_order_rng=d.class_order_rng,
         transforms=d.transforms,
     )
-
-
-def task_loaders(cfg: Config, bench, task: int, train_batch_size: int,
-                 test: Optional[DataLoader] = None) -> TaskLoaders:
-    """Augmented train (shuffled by a (seed, task) generator), un-augmented train and test loaders of ``task``
-    (``test``: an existing test loader of that task to reuse)."""
-    common = loader_options(cfg)
-    train = DataLoader(bench.train_set(task), batch_size=train_batch_size, shuffle=True, drop_last=False,
-                       generator=task_generator(cfg.seed, task, 0), **common)
-    plain = DataLoader(bench.train_set(task, train_transform=False), batch_size=cfg.eval_batch_size, **common)
-    return TaskLoaders(train, plain, test if test is not None else test_loader(cfg, bench, task))
-
-
-def test_loader(cfg: Config, bench, task: int) -> DataLoader:
-    return DataLoader(bench.test_set(task), batch_size=cfg.eval_batch_size, **loader_options(cfg))
-
-
-def checkpoint_id(path: Optional[str]) -> Optional[str]:
-    """sha256 of a local checkpoint file (first 16 hex digits), or None."""
-    if not path:
-        return None
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()[:16]
 
 
 def dry_run(cfg: Config) -> str:
@@ -196,7 +170,7 @@ class Evaluator:
         seen = class_mask(self.method.num_classes, self.method.seen_classes(task), self.method.device)
         return [evaluate_task(self.method, i, seen, self.loader(i), self.method.device, self.cache,
                               self.cfg.eval_mask_unseen)
-                for i in tqdm(range(task + 1), desc="evaluation", leave=False)]
+                for i in tqdm(range(task + 1), desc="evaluation", leave=False, disable=not is_main())]
 
 
 def run_training(cfg: Config, output_dir: Path, force: bool = False) -> dict:
@@ -207,13 +181,22 @@ def run_training(cfg: Config, output_dir: Path, force: bool = False) -> dict:
     so checked) before anything is written into the folder.
     """
     cfg = resolve_config(cfg)
-    run = RunDir(output_dir)
-    with open_run(run, cfg.data.num_tasks) as state:
+    with distributed_session(cfg.device):
+        return _train_in_folder(cfg, RunDir(output_dir), force)
+
+
+def _train_in_folder(cfg: Config, run: RunDir, force: bool) -> dict:
+    """run_training in this process (one of torchrun's processes, or the only one)."""
+
+    def check(state) -> Optional[dict]:
         _check_run_config(cfg, run, state.done, force)
         finished = finished_metrics(run, state, cfg.data.num_tasks)
+        if finished is not None and run.read_config() is None:  # restore a lost config.yaml (checked above)
+            run.write_config(config_to_dict(cfg))
+        return finished
+
+    with opened_run(run, cfg.data.num_tasks, check) as (run, state, finished):
         if finished is not None:
-            if run.read_config() is None:  # restore a lost config.yaml (checked against the checkpoints above)
-                run.write_config(config_to_dict(cfg))
             return finished
         device = resolve_device(cfg.device)
         vit = build_vit(cfg)
@@ -226,13 +209,16 @@ def run_training(cfg: Config, output_dir: Path, force: bool = False) -> dict:
         tracker = MetricsTracker(cfg, bench, method, None)
         done = _resume(run, method, tracker, state.done, log)
         if not done:
-            log.info(f"new run in {run.root}\n{method.summary()}\n{bench.summary()}")
+            log.info(f"new run in {run.root}\n{method.summary()}\n{bench.summary()}"
+                     + (f"\n{world_size()} processes (torchrun), batch sizes are global" if world_size() > 1 else ""))
         evaluator = Evaluator(cfg, bench, method)
-        with epoch_log(run.root, tensorboard=cfg.logging.tensorboard, completed_tasks=done), amp_mode(cfg.amp):
+        epochs = epoch_log(run.root, cfg.logging.tensorboard, done) if is_main() else contextlib.nullcontext()
+        with epochs, amp_mode(cfg.amp), compile_mode(cfg.compile):
             for t in range(done, bench.num_tasks):
                 _train_task(t, cfg, bench, method, tracker, run, evaluator, log)
                 log.info(progress_line(tracker.times, bench.num_tasks))
-                write_run_plots(run.root, tracker.metrics(), log)  # never raises: a failed plot is a warning
+                if is_main():
+                    write_run_plots(run.root, tracker.metrics(), log)  # never raises: a failed plot is a warning
         return tracker.metrics()
 
 
@@ -279,84 +265,6 @@ def _train_task(t: int, cfg: Config, bench, method: Method, tracker: "MetricsTra
         log.warning(warning)
 
 
-class MetricsTracker:
-    """Accuracy matrices (CIL, TIL, TII) and per-task times -> metrics.json content."""
-
-    def __init__(self, cfg: Config, bench, method: Method, previous: Optional[dict]):
-        T = bench.num_tasks
-        self.cfg, self.bench, self.method = cfg, bench, method
-        prev = previous or {}
-        self.cil = prev.get("acc_matrix", empty_matrix(T))
-        self.til = prev.get("til_acc_matrix", empty_matrix(T))
-        self.cil_unmasked = prev.get("official", {}).get("acc_matrix", empty_matrix(T))
-        self.tii = prev.get("tii_acc_matrix") or empty_matrix(T)
-        self.tii_confusion = prev.get("tii_confusion")  # after the last task: [true task][predicted task] counts
-        self.times = prev.get("task_seconds", [])
-        self.done = prev.get("completed_tasks", 0)
-
-    def record(self, task: int, evaluation, seconds: float) -> None:
-        for i, e in enumerate(evaluation):
-            self.cil[i][task], self.til[i][task], self.tii[i][task] = e.cil_accuracy, e.til_accuracy, e.tii_accuracy
-            self.cil_unmasked[i][task] = e.cil_unmasked_accuracy
-        inferred = all(e.tii_accuracy is not None for e in evaluation)  # methods without task inference: None
-        self.tii_confusion = [list(e.tii_predicted) for e in evaluation] if inferred else None
-        self.times = self.times[:task] + [seconds]
-        self.done = task + 1
-
-    def _block(self, rows):
-        return [row[: self.done] for row in rows[: self.done]]
-
-    def _official(self) -> dict:
-        """FA, CA, FM as the authors' code reports them: every class competes at evaluation, FM_official."""
-        if not self.done:
-            return {"acc_matrix": self.cil_unmasked}
-        s = summarize(self._block(self.cil_unmasked))
-        return {"FA": s["FA"], "CA": s["CA"], "FM": s["FM_official"], "acc_matrix": self.cil_unmasked}
-
-    def metrics(self) -> dict:
-        scores = summarize(self._block(self.cil)) if self.done else {}
-        til = summarize(self._block(self.til)) if self.done else {}
-        m = self.cfg.model
-        return {
-            **scores,
-            "acc_matrix": self.cil,
-            "til_FA": til.get("FA"),
-            "official": self._official(),
-            "til_acc_matrix": self.til,
-            **self._task_identity(),
-            "tii_confusion": self.tii_confusion,
-            "completed_tasks": self.done,
-            "num_tasks": self.bench.num_tasks,
-            "task_seconds": self.times,
-            "seed": self.cfg.seed,
-            "class_order": list(self.bench.class_order),
-            "task_classes": self.bench.task_classes,
-            "data": self.bench.info(),
-            "backbone": {"preset": m.preset, "name": m.name, "checkpoint": m.checkpoint,
-                         "checkpoint_sha256_16": checkpoint_id(m.checkpoint), "pretrained": m.pretrained},
-            "method": self.method.describe(),
-            "norga": code_version(),  # version and git commit of the code that produced the run
-            "versions": {"python": platform.python_version(), "torch": torch.__version__,
-                         "timm": timm.__version__, "torchvision": torchvision.__version__,
-                         "numpy": numpy.__version__},
-        }
-
-    def _task_identity(self) -> dict:
-        """TII accuracies (after the last task, and the matrix); None for a method that infers no task id."""
-        final = [self.tii[i][self.done - 1] for i in range(self.done)]
-        if None in final:
-            return {"tii_accuracy": None, "tii_acc_matrix": None}
-        return {"tii_accuracy": final, "tii_acc_matrix": self.tii}
-
-    def summary_line(self, t: int) -> str:
-        s = summarize(self._block(self.cil))
-        tii = [self.tii[i][t] for i in range(t + 1)]
-        tii_text = f", TII acc {sum(tii) / len(tii):.4f}" if None not in tii else ""
-        note = self.method.task_summary(t)
-        return (f"task {t} done ({t + 1} of {self.bench.num_tasks}): acc on this task {self.cil[t][t]:.4f}, "
-                f"running FA {s['FA']:.4f}{tii_text}, time {self.times[t]:.1f}s" + (f"; {note}" if note else ""))
-
-
 def load_run_config(run_dir: Path) -> Config:
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
@@ -386,18 +294,18 @@ def evaluate_run(run_dir: Path) -> dict:
         raise RunError(f"{run.root}: {state.corrupt}; 'norga train' on this folder trains that task again")
     if state.done == 0:
         raise RunError(f"{run_dir} has no completed task checkpoint yet")
-    device = resolve_device(cfg.device)
-    vit = build_vit(cfg)
-    bench = build_data(cfg, vit)
-    method = build_method(cfg, vit, bench.task_classes, device)
-    tracker = MetricsTracker(cfg, bench, method, None)
-    evaluator = Evaluator(cfg, bench, method)
-    for t in range(state.done):
-        start = time.time()
-        method.load_state_dict(method_state(run.load_checkpoint(t), method, run), with_training_state=False)
-        with amp_mode(cfg.amp):
-            evaluation = evaluator.seen_tasks(t)
-        tracker.record(t, evaluation, time.time() - start)
+    with distributed_session(cfg.device):  # under torchrun each process evaluates a part of every test set
+        vit = build_vit(cfg)
+        bench = build_data(cfg, vit)
+        method = build_method(cfg, vit, bench.task_classes, resolve_device(cfg.device))
+        tracker = MetricsTracker(cfg, bench, method, None)
+        evaluator = Evaluator(cfg, bench, method)
+        for t in range(state.done):
+            start = time.time()
+            method.load_state_dict(method_state(run.load_checkpoint(t), method, run), with_training_state=False)
+            with amp_mode(cfg.amp), compile_mode(cfg.compile):
+                evaluation = evaluator.seen_tasks(t)
+            tracker.record(t, evaluation, time.time() - start)
     metrics = tracker.metrics()
     metrics["eval_seconds"] = metrics.pop("task_seconds")
     return metrics

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
+from .distributed import gather_rows, is_main, shard_of
 from .gaussian import GaussianStore
 from .heads import class_mask
 from .schedules import epoch_scheduler
@@ -28,13 +29,23 @@ from .training import Stage, cross_entropy_term, run_stage, shuffled_batches
 
 @torch.no_grad()
 def extract_features(model: nn.Module, loader, device, prompts=None, desc: str = "features") -> Tuple[Tensor, Tensor]:
-    """Pre-logits features (N, D) on CPU and labels (N,); ``prompts`` (e.g. a (P, 2, L, H, Dh) prefix) is shared."""
+    """Pre-logits features (N, D) on CPU and labels (N,); ``prompts`` (e.g. a (P, 2, L, H, Dh) prefix) is shared.
+
+    Under torchrun the loader holds this process's contiguous part of the dataset
+    (:class:`~norga.continual.distributed.ContiguousShard`); the parts are gathered, so every
+    process returns all N samples in dataset order, each once.
+    """
     model.eval()
     feats, labels = [], []
-    for x, y in tqdm(loader, desc=desc, leave=False):
+    for x, y in tqdm(loader, desc=desc, leave=False, disable=not is_main()):
         feats.append(model(x.to(device), prompts).float().cpu())
         labels.append(torch.as_tensor(y))
-    return torch.cat(feats), torch.cat(labels)
+    feats = torch.cat(feats) if feats else torch.empty(0, model.embed_dim)
+    labels = torch.cat(labels) if labels else torch.empty(0, dtype=torch.long)
+    shard = shard_of(loader)
+    if shard is None:
+        return feats, labels
+    return gather_rows(feats, shard.part_sizes()), gather_rows(labels, shard.part_sizes())
 
 
 def contrastive_regulariser(features: Tensor, prototypes: Optional[Tensor], temperature: float) -> Tensor:

@@ -28,6 +28,8 @@ from tqdm.auto import tqdm
 
 from ..errors import NonFiniteLoss
 from ..models.precision import grad_scaler
+from .distributed import (average_gradients, is_sharded_training, sum_over_processes, synchronise_parameters,
+                          world_size)
 from .epochlog import log_epoch
 
 Outputs = Dict[str, Tensor]
@@ -45,11 +47,17 @@ class EpochMeter:
         self.stage, self.task, self.epoch, self.lr_key = stage, task, epoch, lr_key
         self.sums: Dict[str, float] = {}
         self.steps = 0
+        self.sharded = False  # True once a step averaged gradients over processes (torchrun)
 
     def step(self, optimizer, loss: Tensor, params: Optional[list] = None, clip: Optional[float] = None,
-             scaler: Optional["torch.amp.GradScaler"] = None, **terms: Tensor) -> None:
+             scaler: Optional["torch.amp.GradScaler"] = None, samples: Optional[int] = None,
+             **terms: Tensor) -> None:
         """One optimiser step on ``loss`` (through ``scaler`` under fp16); ``terms`` (e.g. ce, reg) are logged
         beside it.
+
+        ``samples``: this process's share of a global batch split across processes (torchrun); the gradients
+        are then averaged over processes, weighted by samples, before clipping and the step, and the logged
+        terms are the global batch's means.
 
         On CUDA nothing here waits for the device: loss values are summed as device tensors and read once per
         epoch (:meth:`means`); on the CPU the loss is checked at every step, so a divergence stops at once.
@@ -57,20 +65,22 @@ class EpochMeter:
         if loss.device.type == "cpu":
             self._check(loss)
         optimizer.zero_grad(set_to_none=True)
+        (loss if scaler is None else scaler.scale(loss)).backward()
+        weight = 1.0
+        if samples is not None:
+            weight, self.sharded = average_gradients(_trained(optimizer), samples), True
         if scaler is None:
-            loss.backward()
             if clip is not None and params:
                 torch.nn.utils.clip_grad_norm_(params, clip)
             optimizer.step()
         else:
-            scaler.scale(loss).backward()
             if clip is not None and params:
                 scaler.unscale_(optimizer)  # clip the true gradients
                 torch.nn.utils.clip_grad_norm_(params, clip)
             scaler.step(optimizer)  # skipped when the scaled gradients overflowed
             scaler.update()
         for name, term in (("loss", loss), *terms.items()):
-            self.sums[name] = self.sums.get(name, 0.0) + term.detach().float()
+            self.sums[name] = self.sums.get(name, 0.0) + term.detach().float() * weight
         self.steps += 1
 
     def _check(self, loss: Tensor) -> None:
@@ -80,7 +90,10 @@ class EpochMeter:
 
     def means(self) -> Dict[str, float]:
         """Per-step means of the epoch's terms (one device sync); a non-finite loss raises NonFiniteLoss."""
-        means = {k: float(v) / max(self.steps, 1) for k, v in self.sums.items()}
+        sums = self.sums
+        if self.sharded:  # each process summed its weighted share of every global batch's mean
+            sums = dict(zip(sums, sum_over_processes(torch.stack([torch.as_tensor(v) for v in sums.values()]))))
+        means = {k: float(v) / max(self.steps, 1) for k, v in sums.items()}
         if "loss" in means and not math.isfinite(means["loss"]):
             raise NonFiniteLoss(means["loss"], self.stage, self.epoch, self.task, self.lr_key)
         return means
@@ -126,16 +139,32 @@ def run_stage(stage: Stage, batches: Callable[[int], Iterable], forward: Callabl
         meter = EpochMeter(stage.name, stage.task, epoch, stage.lr_key)
         for module in stage.train_modules:
             module.train()
-        for batch in batches(epoch):
+        epoch_batches = batches(epoch)
+        sharded = is_sharded_training(epoch_batches)  # torchrun: this process holds a slice of each batch
+        for batch in epoch_batches:
             outputs = forward(batch)
             values = {name: term(outputs) for name, term in terms.items()}
             loss = total(values.values())
             meter.step(stage.optimizer, loss, list(stage.clip_params), stage.clip, scaler,
-                       **(values if len(values) > 1 else {}))
+                       samples=batch_samples(batch) if sharded else None, **(values if len(values) > 1 else {}))
         history.append(meter.report(stage.optimizer, **(stage.describe() if stage.describe else {})))
         if stage.scheduler is not None:
             stage.scheduler.step()
+    if world_size() > 1:
+        synchronise_parameters(_trained(stage.optimizer), f"stage {stage.name} of task {stage.task}")
     return history
+
+
+def batch_samples(batch) -> int:
+    """Samples in a loader batch: the length of its first tensor (``(x, y)`` -> len(x))."""
+    first = batch
+    while isinstance(first, (list, tuple)):
+        first = first[0]
+    return len(first)
+
+
+def _trained(optimizer: torch.optim.Optimizer) -> List[Tensor]:
+    return [p for group in optimizer.param_groups for p in group["params"] if p.requires_grad]
 
 
 def _device_type(optimizer: torch.optim.Optimizer) -> str:

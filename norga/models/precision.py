@@ -10,34 +10,28 @@ Gaussian statistics, optimiser states. ``fp16`` training steps scale the loss wi
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator, Optional
+from typing import Optional
 
 import torch
 
+from .mode_switch import ModeSwitch
+
 AMP_DTYPES = {"off": None, "bf16": torch.bfloat16, "fp16": torch.float16}
-_mode = "off"
+_AMP = ModeSwitch("amp", AMP_DTYPES, "off")
 
 
-@contextlib.contextmanager
-def amp_mode(mode: str) -> Iterator[None]:
-    """Run the enclosed code with backbone autocast ``mode`` (restored afterwards)."""
-    global _mode
-    if mode not in AMP_DTYPES:
-        raise ValueError(f"unknown amp mode {mode!r}; choose one of {sorted(AMP_DTYPES)}")
-    previous, _mode = _mode, mode
-    try:
-        yield
-    finally:
-        _mode = previous
+def amp_mode(mode: str):
+    """Run the enclosed code with backbone autocast ``mode`` (a context manager; restored afterwards)."""
+    return _AMP.use(mode)
 
 
 def current_mode() -> str:
-    return _mode
+    return _AMP.value
 
 
 def backbone_autocast(device_type: str):
     """The autocast context of a backbone forward on ``device_type`` ('cpu', 'cuda'); a no-op when off."""
-    dtype = AMP_DTYPES[_mode]
+    dtype = AMP_DTYPES[_AMP.value]
     if dtype is None:
         return contextlib.nullcontext()
     return torch.autocast(device_type=device_type, dtype=dtype)
@@ -45,4 +39,4 @@ def backbone_autocast(device_type: str):
 
 def grad_scaler(device_type: str) -> Optional["torch.amp.GradScaler"]:
     """A fresh loss scaler for one training stage under ``fp16``; None otherwise."""
-    return torch.amp.GradScaler(device_type) if _mode == "fp16" else None
+    return torch.amp.GradScaler(device_type) if _AMP.value == "fp16" else None

@@ -25,6 +25,7 @@ from torch import Tensor, nn
 from ..config import ConfigError
 from . import vit_runner
 from .gates import Gate, build_gate
+from .compilation import backbone_function
 from .precision import backbone_autocast
 from .prefix_attention import PrefixAttention
 from .prompt_inputs import PromptInput, PromptSpec, resolve_prompts
@@ -191,9 +192,8 @@ class PromptedViT(nn.Module):
         return vit_runner.pool(self.vit, features, resolved.num_tokens, resolved.pool)
 
     def _features(self, x: Tensor, prompts: PromptInput) -> Tensor:
-        """timm's blocks under the run's backbone autocast (:mod:`norga.models.precision`); fp32 out."""
+        """timm's blocks under the run's backbone autocast (:mod:`norga.models.precision`), compiled when the run
+        says so (:mod:`norga.models.compilation`); fp32 out."""
         with backbone_autocast(x.device.type):
-            tokens = vit_runner.embed(self.vit, x)
-            tokens = vit_runner.run_blocks(self.vit, tokens, prompts.prefixes, prompts.tokens, prompts.token_block)
-            tokens = self.vit.norm(tokens)
+            tokens = backbone_function()(self.vit, x, prompts.prefixes, prompts.tokens, prompts.token_block)
         return tokens.float()

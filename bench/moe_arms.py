@@ -1,0 +1,81 @@
+"""The head-wise routing arms of the evidence benchmark (issue #21), fixed before any of them ran.
+
+Backbone of the regime: DINOv2 ViT-S/14 (width D = 384, 6 attention heads of 64, 12 blocks) at 56 px
+(17 tokens). Every arm trains 20 epochs at batch 25 (the prompted arms' WTP budget), adapters on all 12
+blocks, AdamW lr 1e-3 with cosine, the ``aligned`` classifier protocol for every MoE arm.
+
+* ``lora_moe``: K = 4, top-1, rank 7 — the paper's LoRAMoE baseline (4 experts, top-1), its rank chosen so
+  that it activates the parameters per token of ``mh_moe`` (k r 2D = 7 x 768 = 5376 = H k r (D/H + D)).
+* ``mh_moe``: H = 6 slices (the backbone's 6 attention heads: each slice is one head's 64 dimensions of
+  the post-attention state), K = 4, top-1, rank 2.
+* ``lora_moe_k16_top5``: the paper's controlled comparison at our width — C(16, 5) = 4368 routing
+  outcomes per layer against mh_moe's 4^6 = 4096, rank 2: 24.6 k expert parameters per layer against
+  21.5 k (routers 6.1 k vs 1.5 k); what differs is routing on the head-mixed state vs per head slice.
+* ``mh_moe_h2`` / ``_h4`` / ``_h8``: the H sweep (K = 4, top-1, rank 2; the activated parameters grow
+  with H: 2304, 3840, 6912 per token and layer — reported, not matched).
+* ``norga_headwise``: the HiDe-Prompt pipeline with the head-wise NoRGa gate (α, τ per attention head,
+  tanh), against ``norga_tanh`` and ``hideprompt`` of the main arms.
+
+Rows of the MoE arms carry BWT and the route statistics of ``norga routes`` (mass-weighted N_eff over old
+tasks' test tokens, averaged over the 12 layers, route-wise and path-wise).
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Dict, List
+
+from norga.summary_stats import describe
+
+MOE = "method={{name: {name}, epochs: 20, batch_size: 25, experts: {k}, top_k: {top}, rank: {rank}{extra}}}"
+
+
+def moe_arm(name: str, experts: int, top_k: int, rank: int, heads: int = 0) -> List[str]:
+    return [MOE.format(name=name, k=experts, top=top_k, rank=rank, extra=f", heads: {heads}" if heads else "")]
+
+
+ROUTING_ARMS: Dict[str, List[str]] = {
+    "lora_moe": moe_arm("lora_moe", 4, 1, 7),
+    "mh_moe": moe_arm("mh_moe", 4, 1, 2, heads=6),
+    "lora_moe_k16_top5": moe_arm("lora_moe", 16, 5, 2),
+    "mh_moe_h2": moe_arm("mh_moe", 4, 1, 2, heads=2),
+    "mh_moe_h4": moe_arm("mh_moe", 4, 1, 2, heads=4),
+    "mh_moe_h8": moe_arm("mh_moe", 4, 1, 2, heads=8),
+    "norga_headwise": ["method.gate={name: norga_headwise, activation: tanh}"],
+}
+ROUTING_PAIRS = [("mh_moe", "lora_moe"), ("mh_moe", "lora_moe_k16_top5"), ("mh_moe", "no_prompt"),
+                 ("lora_moe", "no_prompt"), ("norga_headwise", "norga_tanh"), ("norga_headwise", "hideprompt")]
+MOE_COLUMNS = ("FA", "BWT", "FM", "n_eff_route", "n_eff_path")
+
+
+def routing_fields(run_dir: Path) -> Dict[str, float]:
+    """N_eff of a finished MoE run (writes its routes.json and plots/routes.png), averaged over layers."""
+    from norga.continual.route_report import route_report
+
+    layers = route_report(run_dir)["layers"].values()
+    return {"n_eff_route": sum(v["route_wise"]["n_eff"] for v in layers) / len(layers),
+            "n_eff_path": sum(v["path_wise"]["n_eff"] for v in layers) / len(layers)}
+
+
+def is_moe_arm(arm: str) -> bool:
+    return arm in ROUTING_ARMS and "moe" in arm
+
+
+def routing_lines(rows: List[dict]) -> List[str]:
+    """Per MoE arm: FA, BWT, FM (%) and N_eff, mean [95% t interval] over seeds."""
+    lines = []
+    for arm in (a for a in ROUTING_ARMS if is_moe_arm(a)):
+        mine = [r for r in rows if r["run"] == arm]
+        if not mine:
+            continue
+        cells = []
+        for key in MOE_COLUMNS:
+            e = describe([(100 if key in ("FA", "BWT", "FM") else 1) * r[key] for r in mine
+                          if r.get(key) is not None and not math.isnan(r[key])])
+            cells.append(f"{e.mean:.2f}" + ("" if e.n < 2 else f" [{e.low:.2f}, {e.high:.2f}]"))
+        lines.append(f"| {arm} | {len(mine)} | " + " | ".join(cells) + " |")
+    if not lines:
+        return []
+    return ["MoE arms: FA, BWT, FM (%) and the mass-weighted N_eff over old tasks' tokens (mean over 12 layers), "
+            "mean [95% t interval] over seeds:", "", "| arm | seeds | " + " | ".join(MOE_COLUMNS) + " |",
+            "|---" * (len(MOE_COLUMNS) + 2) + "|", *lines]

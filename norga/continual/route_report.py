@@ -1,0 +1,138 @@
+"""``norga routes --run DIR``: N_eff and ΔL_old per route of a finished MoE-adapter run, stored and plotted.
+
+For every old task i (all tasks but the last): the model of checkpoint i (right after
+learning task i) routes the tokens of task i's test images and gives each image its
+task-incremental loss (cross-entropy over task i's classes); the final checkpoint gives
+the loss again. A token's composition is (task, class, position bucket)
+(:func:`~norga.continual.routing.position_buckets`: class token, 2 x 2 patch regions).
+Per adapted layer, over all old tasks' tokens (definitions in :mod:`norga.continual.routing`):
+
+* ``path_wise``: the route is the tuple of every head's selected experts (LoRAMoE: its set);
+* ``route_wise``: the route is one head's selected set (per head, then averaged; = path-wise for H = 1);
+
+each with the mass-weighted N_eff, the number of routes used and the mass-quantile bins of
+N_eff with mean ΔL_old. Written to ``DIR/routes.json`` and ``DIR/plots/routes.png``.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Dict, List
+
+import torch
+import torch.nn.functional as F
+
+from ..errors import RunError
+from ..methods import build_method
+from .devices import resolve_device
+from .heads import masked_logits
+from .loaders import test_loader
+from .rundir import RunDir, atomic_write_bytes
+from .routing import mass_quantile_bins, mass_weighted_n_eff, position_buckets, route_rows, route_statistics
+
+
+@torch.no_grad()
+def routes_and_losses(method, loader, task: int) -> tuple:
+    """(block -> selected experts (N_img * T, H, k), per-image losses (N_img,), labels (N_img,)) of a loader."""
+    allowed = torch.zeros(method.num_classes, dtype=torch.bool, device=method.device)
+    allowed[method.task_classes[task]] = True
+    method.record_routes(True)
+    routes: Dict[int, List[torch.Tensor]] = {}
+    losses, labels = [], []
+    try:
+        for x, y in loader:
+            y = torch.as_tensor(y).to(method.device)
+            logits = method.predict_logits(x.to(method.device))
+            losses.append(F.cross_entropy(masked_logits(logits, allowed), y, reduction="none").cpu())
+            labels.append(y.cpu())
+            for block, selected in method.last_routes().items():
+                routes.setdefault(block, []).append(selected.cpu())
+    finally:
+        method.record_routes(False)
+    return {b: torch.cat(r) for b, r in routes.items()}, torch.cat(losses), torch.cat(labels)
+
+
+def route_report(run_dir: Path, bins: int = 4) -> dict:
+    """Compute, write and plot the route statistics of a finished run (see the module docstring)."""
+    from .runner import build_data, build_vit, load_run_config, method_state
+
+    run = RunDir(run_dir)
+    cfg = load_run_config(run_dir)
+    done = run.scan(cfg.data.num_tasks).done
+    if done < 2:
+        raise RunError(f"{run_dir}: route statistics need at least 2 completed tasks (found {done})")
+    vit = build_vit(cfg)
+    bench = build_data(cfg, vit)
+    method = build_method(cfg, vit, bench.task_classes, resolve_device(cfg.device))
+    if not hasattr(method, "record_routes"):
+        raise RunError(f"{run_dir}: method {cfg.method.name!r} has no routed adapters (use lora_moe or mh_moe)")
+    load = lambda t: method.load_state_dict(method_state(run.load_checkpoint(t), method, run))  # noqa: E731
+    old = list(range(done - 1))
+    recorded = []
+    for task in old:
+        load(task)
+        recorded.append(routes_and_losses(method, test_loader(cfg, bench, task), task))
+    load(done - 1)
+    tokens_per_image = vit.num_prefix_tokens + vit.patch_embed.grid_size[0] * vit.patch_embed.grid_size[1]
+    buckets = position_buckets(vit.num_prefix_tokens, vit.patch_embed.grid_size[0])
+    compositions, changes = [], []
+    for task, (_, before, labels) in zip(old, recorded):
+        _, after, _ = routes_and_losses(method, test_loader(cfg, bench, task), task)
+        n = len(labels)
+        compositions.append(torch.stack([torch.full((n * tokens_per_image,), task), labels.repeat_interleave(
+            tokens_per_image), buckets.repeat(n)], dim=1))
+        changes.append((after - before).repeat_interleave(tokens_per_image))
+    compositions, changes = torch.cat(compositions), torch.cat(changes)
+    layers = {}
+    for block in sorted(recorded[0][0]):
+        selected = torch.cat([r[0][block] for r in recorded])
+        layers[str(block)] = _layer_summary(selected, compositions, changes, bins)
+    report = {"old_tasks": old, "after_task": done - 1, "tokens": len(changes),
+              "composition": ["task", "class", "position bucket (class token, 2x2 patch regions)"],
+              "method": method.describe(), "layers": layers}
+    atomic_write_bytes(run.root / "routes.json", (json.dumps(report, indent=1) + "\n").encode())
+    _plot(report, run.root / "plots" / "routes.png")
+    return report
+
+
+def _layer_summary(selected: torch.Tensor, compositions: torch.Tensor, changes: torch.Tensor, bins: int) -> dict:
+    path = route_statistics(route_rows(selected), compositions, changes)
+    heads = [route_statistics(route_rows(selected, m), compositions, changes) for m in range(selected.shape[1])]
+    return {"path_wise": {"n_eff": mass_weighted_n_eff(path), "routes": len(path["mass"]),
+                          "bins": mass_quantile_bins(path, bins)},
+            "route_wise": {"n_eff": sum(map(mass_weighted_n_eff, heads)) / len(heads),
+                           "n_eff_per_head": [mass_weighted_n_eff(h) for h in heads],
+                           "routes_per_head": [len(h["mass"]) for h in heads],
+                           "bins": mass_quantile_bins(_pooled(heads), bins)}}
+
+
+def _pooled(heads: List[dict]) -> dict:
+    """Every head's routes as one list, each head's mass divided by the number of heads (total mass 1)."""
+    return {key: [v / len(heads) if key == "mass" else v for h in heads for v in h[key]]
+            for key in ("mass", "n_eff", "delta_loss")}
+
+
+def _plot(report: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    layers = sorted(report["layers"], key=int)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
+    for kind, marker in (("route_wise", "o"), ("path_wise", "s")):
+        left.plot([int(b) for b in layers], [report["layers"][b][kind]["n_eff"] for b in layers], marker=marker,
+                  label=kind.replace("_", "-"))
+    left.set(xlabel="adapted block", ylabel="mass-weighted N_eff", title="composition mixing per layer")
+    left.legend()
+    for b in layers:
+        rows = report["layers"][b]["path_wise"]["bins"]
+        right.errorbar([(r["n_eff_min"] + r["n_eff_max"]) / 2 for r in rows], [r["delta_loss"] for r in rows],
+                       yerr=[0 if r["delta_loss_se"] != r["delta_loss_se"] else r["delta_loss_se"] for r in rows],
+                       marker="o", capsize=2, label=f"block {b}")
+    right.set(xlabel="N_eff (mass-quantile bin, path-wise)", ylabel="mean ΔL_old", title="mixing vs forgetting")
+    right.legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

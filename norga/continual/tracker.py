@@ -1,0 +1,105 @@
+"""Accuracy matrices and everything metrics.json records about a run (:class:`MetricsTracker`)."""
+from __future__ import annotations
+
+import hashlib
+import platform
+from typing import Optional
+
+import numpy
+import timm
+import torch
+import torchvision
+
+from ..config import Config
+from ..methods.base import Method
+from ..metrics import empty_matrix, summarize
+from .rundir import code_version
+
+
+def checkpoint_id(path: Optional[str]) -> Optional[str]:
+    """sha256 of a local checkpoint file (first 16 hex digits), or None."""
+    if not path:
+        return None
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()[:16]
+
+
+class MetricsTracker:
+    """Accuracy matrices (CIL, TIL, TII) and per-task times -> metrics.json content."""
+
+    def __init__(self, cfg: Config, bench, method: Method, previous: Optional[dict]):
+        T = bench.num_tasks
+        self.cfg, self.bench, self.method = cfg, bench, method
+        prev = previous or {}
+        self.cil = prev.get("acc_matrix", empty_matrix(T))
+        self.til = prev.get("til_acc_matrix", empty_matrix(T))
+        self.cil_unmasked = prev.get("official", {}).get("acc_matrix", empty_matrix(T))
+        self.tii = prev.get("tii_acc_matrix") or empty_matrix(T)
+        self.tii_confusion = prev.get("tii_confusion")  # after the last task: [true task][predicted task] counts
+        self.times = prev.get("task_seconds", [])
+        self.done = prev.get("completed_tasks", 0)
+
+    def record(self, task: int, evaluation, seconds: float) -> None:
+        for i, e in enumerate(evaluation):
+            self.cil[i][task], self.til[i][task], self.tii[i][task] = e.cil_accuracy, e.til_accuracy, e.tii_accuracy
+            self.cil_unmasked[i][task] = e.cil_unmasked_accuracy
+        inferred = all(e.tii_accuracy is not None for e in evaluation)  # methods without task inference: None
+        self.tii_confusion = [list(e.tii_predicted) for e in evaluation] if inferred else None
+        self.times = self.times[:task] + [seconds]
+        self.done = task + 1
+
+    def _block(self, rows):
+        return [row[: self.done] for row in rows[: self.done]]
+
+    def _official(self) -> dict:
+        """FA, CA, FM as the authors' code reports them: every class competes at evaluation, FM_official."""
+        if not self.done:
+            return {"acc_matrix": self.cil_unmasked}
+        s = summarize(self._block(self.cil_unmasked))
+        return {"FA": s["FA"], "CA": s["CA"], "FM": s["FM_official"], "acc_matrix": self.cil_unmasked}
+
+    def metrics(self) -> dict:
+        scores = summarize(self._block(self.cil)) if self.done else {}
+        til = summarize(self._block(self.til)) if self.done else {}
+        m = self.cfg.model
+        return {
+            **scores,
+            "acc_matrix": self.cil,
+            "til_FA": til.get("FA"),
+            "official": self._official(),
+            "til_acc_matrix": self.til,
+            **self._task_identity(),
+            "tii_confusion": self.tii_confusion,
+            "completed_tasks": self.done,
+            "num_tasks": self.bench.num_tasks,
+            "task_seconds": self.times,
+            "seed": self.cfg.seed,
+            "class_order": list(self.bench.class_order),
+            "task_classes": self.bench.task_classes,
+            "data": self.bench.info(),
+            "backbone": {"preset": m.preset, "name": m.name, "checkpoint": m.checkpoint,
+                         "checkpoint_sha256_16": checkpoint_id(m.checkpoint), "pretrained": m.pretrained},
+            "method": self.method.describe(),
+            "norga": code_version(),  # version and git commit of the code that produced the run
+            "versions": {"python": platform.python_version(), "torch": torch.__version__,
+                         "timm": timm.__version__, "torchvision": torchvision.__version__,
+                         "numpy": numpy.__version__},
+        }
+
+    def _task_identity(self) -> dict:
+        """TII accuracies (after the last task, and the matrix); None for a method that infers no task id."""
+        final = [self.tii[i][self.done - 1] for i in range(self.done)]
+        if None in final:
+            return {"tii_accuracy": None, "tii_acc_matrix": None}
+        return {"tii_accuracy": final, "tii_acc_matrix": self.tii}
+
+    def summary_line(self, t: int) -> str:
+        s = summarize(self._block(self.cil))
+        tii = [self.tii[i][t] for i in range(t + 1)]
+        tii_text = f", TII acc {sum(tii) / len(tii):.4f}" if None not in tii else ""
+        note = self.method.task_summary(t)
+        return (f"task {t} done ({t + 1} of {self.bench.num_tasks}): acc on this task {self.cil[t][t]:.4f}, "
+                f"running FA {s['FA']:.4f}{tii_text}, time {self.times[t]:.1f}s" + (f"; {note}" if note else ""))
