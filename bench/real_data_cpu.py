@@ -57,11 +57,11 @@ class Regime:
         return {**self.arms, **self.optional}
 
     def overrides(self, arm: str, quick: bool) -> List[str]:
-        """The arm's overrides (+ --quick's; an optional arm has its own method section: data keys + 1 epoch)."""
+        """The arm's overrides (+ --quick's; an arm with its own method section: data keys + 1 epoch)."""
         if not quick:
             return self.all_arms()[arm]
-        if arm in self.arms:
-            return self.arms[arm] + self.quick
+        if not any(o.startswith("method=") for o in self.all_arms()[arm]):  # the regime's method, changed
+            return self.all_arms()[arm] + self.quick
         return self.optional[arm] + [o for o in self.quick if o.startswith("data.")] + ["method.epochs=1"]
 
 

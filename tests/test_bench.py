@@ -121,8 +121,11 @@ def test_every_arm_resolves_to_a_valid_config(regime, tmp_path):
     data = {c.data.name for c in configs.values()}, {c.data.num_tasks for c in configs.values()}
     assert all(len(s) == 1 for s in data)
     for arm, cfg in configs.items():
-        if arm in r.optional:
-            assert cfg.method.name == arm and cfg.method.epochs == configs["hideprompt"].method.wtp.epochs
+        if arm == "norga_headwise":  # the regime's method with another gate
+            assert cfg.method.name == "hideprompt" and cfg.method.gate["name"] == "norga_headwise"
+        elif arm in r.optional:
+            assert cfg.method.name == arm.split("_k")[0].split("_h")[0]  # lora_moe_k16_top5 -> lora_moe
+            assert cfg.method.epochs == configs["hideprompt"].method.wtp.epochs
         elif arm == "no_prompt":
             assert cfg.method.prompt_length == 0
         else:
