@@ -186,6 +186,8 @@ def test_route_report_is_stored_plotted_and_consistent(moe_run, capsys):
     assert (out / "plots" / "routes.png").stat().st_size > 0
     assert report["old_tasks"] == [0, 1] and sorted(report["layers"], key=int) == ["0", "1"]
     assert report["tokens"] == 2 * 12 * 65  # 2 old tasks x 12 test images x (1 + 8 x 8 patches) tokens
+    for kind in ("path_wise", "route_wise"):  # routes of both layers pooled, each layer's mass halved
+        assert sum(b["mass"] for b in report["pooled_bins"][kind]) == pytest.approx(1.0)
     compositions = 2 * 2 * 5  # tasks x classes per task x position buckets
     for layer in report["layers"].values():
         for kind in ("path_wise", "route_wise"):

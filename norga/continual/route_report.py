@@ -11,7 +11,9 @@ Per adapted layer, over all old tasks' tokens (definitions in :mod:`norga.contin
 * ``route_wise``: the route is one head's selected set (per head, then averaged; = path-wise for H = 1);
 
 each with the mass-weighted N_eff, the number of routes used and the mass-quantile bins of
-N_eff with mean ΔL_old. Written to ``DIR/routes.json`` and ``DIR/plots/routes.png``.
+N_eff with mean ΔL_old; ``pooled_bins``: the bins over the routes of all layers (each layer's mass
+divided by the number of layers), as the paper pools routes across modules for its Fig. 5. Written to
+``DIR/routes.json`` and ``DIR/plots/routes.png``.
 """
 from __future__ import annotations
 
@@ -83,21 +85,26 @@ def route_report(run_dir: Path, bins: int = 4) -> dict:
             tokens_per_image), buckets.repeat(n)], dim=1))
         changes.append((after - before).repeat_interleave(tokens_per_image))
     compositions, changes = torch.cat(compositions), torch.cat(changes)
-    layers = {}
+    layers, routes = {}, {"path_wise": [], "route_wise": []}
     for block in sorted(recorded[0][0]):
         selected = torch.cat([r[0][block] for r in recorded])
-        layers[str(block)] = _layer_summary(selected, compositions, changes, bins)
+        layers[str(block)] = _layer_summary(selected, compositions, changes, bins, routes)
+    pooled = {kind: mass_quantile_bins(_pooled(stats), bins) for kind, stats in routes.items()}
     report = {"old_tasks": old, "after_task": done - 1, "tokens": len(changes),
               "composition": ["task", "class", "position bucket (class token, 2x2 patch regions)"],
-              "method": method.describe(), "layers": layers}
+              "method": method.describe(), "layers": layers, "pooled_bins": pooled}
     atomic_write_bytes(run.root / "routes.json", (json.dumps(report, indent=1) + "\n").encode())
     _plot(report, run.root / "plots" / "routes.png")
     return report
 
 
-def _layer_summary(selected: torch.Tensor, compositions: torch.Tensor, changes: torch.Tensor, bins: int) -> dict:
+def _layer_summary(selected: torch.Tensor, compositions: torch.Tensor, changes: torch.Tensor, bins: int,
+                   routes: Dict[str, list]) -> dict:
+    """One layer's N_eff and bins; appends its per-route statistics to ``routes`` (for the pooled bins)."""
     path = route_statistics(route_rows(selected), compositions, changes)
     heads = [route_statistics(route_rows(selected, m), compositions, changes) for m in range(selected.shape[1])]
+    routes["path_wise"].append(path)
+    routes["route_wise"].append(_pooled(heads))
     return {"path_wise": {"n_eff": mass_weighted_n_eff(path), "routes": len(path["mass"]),
                           "bins": mass_quantile_bins(path, bins)},
             "route_wise": {"n_eff": sum(map(mass_weighted_n_eff, heads)) / len(heads),
@@ -106,9 +113,9 @@ def _layer_summary(selected: torch.Tensor, compositions: torch.Tensor, changes: 
                            "bins": mass_quantile_bins(_pooled(heads), bins)}}
 
 
-def _pooled(heads: List[dict]) -> dict:
-    """Every head's routes as one list, each head's mass divided by the number of heads (total mass 1)."""
-    return {key: [v / len(heads) if key == "mass" else v for h in heads for v in h[key]]
+def _pooled(parts: List[dict]) -> dict:
+    """Several route tables (heads, or layers) as one, each part's mass divided by their number (total mass 1)."""
+    return {key: [v / len(parts) if key == "mass" else v for part in parts for v in part[key]]
             for key in ("mass", "n_eff", "delta_loss")}
 
 
@@ -125,13 +132,14 @@ def _plot(report: dict, path: Path) -> None:
                   label=kind.replace("_", "-"))
     left.set(xlabel="adapted block", ylabel="mass-weighted N_eff", title="composition mixing per layer")
     left.legend()
-    for b in layers:
-        rows = report["layers"][b]["path_wise"]["bins"]
+    for kind, marker in (("route_wise", "o"), ("path_wise", "s")):
+        rows = report["pooled_bins"][kind]
         right.errorbar([(r["n_eff_min"] + r["n_eff_max"]) / 2 for r in rows], [r["delta_loss"] for r in rows],
                        yerr=[0 if r["delta_loss_se"] != r["delta_loss_se"] else r["delta_loss_se"] for r in rows],
-                       marker="o", capsize=2, label=f"block {b}")
-    right.set(xlabel="N_eff (mass-quantile bin, path-wise)", ylabel="mean ΔL_old", title="mixing vs forgetting")
-    right.legend(fontsize=7)
+                       marker=marker, capsize=3, label=kind.replace("_", "-"))
+    right.set(xlabel="N_eff (middle of its mass-quantile bin)", ylabel="mean ΔL_old ± s.e. over routes",
+              title="mixing vs forgetting (routes of all layers)")
+    right.legend()
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
