@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from ..errors import RunError
 from ..methods import build_method
 from .devices import resolve_device
-from .heads import masked_logits
+from .heads import class_mask, masked_logits
 from .loaders import test_loader
 from .rundir import RunDir, atomic_write_bytes
 from .routing import mass_quantile_bins, mass_weighted_n_eff, position_buckets, route_rows, route_statistics
@@ -36,8 +36,7 @@ from .routing import mass_quantile_bins, mass_weighted_n_eff, position_buckets, 
 @torch.no_grad()
 def routes_and_losses(method, loader, task: int) -> tuple:
     """(block -> selected experts (N_img * T, H, k), per-image losses (N_img,), labels (N_img,)) of a loader."""
-    allowed = torch.zeros(method.num_classes, dtype=torch.bool, device=method.device)
-    allowed[method.task_classes[task]] = True
+    allowed = class_mask(method.num_classes, method.task_classes[task], method.device)
     method.record_routes(True)
     routes: Dict[int, List[torch.Tensor]] = {}
     losses, labels = [], []
