@@ -25,7 +25,7 @@ import math
 from pathlib import Path
 from typing import Dict, List
 
-from norga.summary_stats import describe
+from norga.summary_stats import describe, paired
 
 MOE = "method={{name: {name}, epochs: 20, batch_size: 25, experts: {k}, top_k: {top}, rank: {rank}{extra}}}"
 
@@ -57,6 +57,13 @@ def routing_fields(run_dir: Path) -> Dict[str, float]:
             "n_eff_path": sum(v["path_wise"]["n_eff"] for v in layers) / len(layers)}
 
 
+def _values_by_seed(rows: List[dict], arm: str, key: str) -> Dict[int, float]:
+    """{seed: value} of one arm; FA, BWT, FM in %, N_eff as is; missing or NaN values are left out."""
+    scale = 100 if key in ("FA", "BWT", "FM") else 1
+    return {r["seed"]: scale * r[key] for r in rows
+            if r["run"] == arm and r.get(key) is not None and not math.isnan(r[key])}
+
+
 def is_moe_arm(arm: str) -> bool:
     return arm in ROUTING_ARMS and "moe" in arm
 
@@ -70,8 +77,7 @@ def routing_lines(rows: List[dict]) -> List[str]:
             continue
         cells = []
         for key in MOE_COLUMNS:
-            e = describe([(100 if key in ("FA", "BWT", "FM") else 1) * r[key] for r in mine
-                          if r.get(key) is not None and not math.isnan(r[key])])
+            e = describe(list(_values_by_seed(rows, arm, key).values()))
             cells.append(f"{e.mean:.2f}" + ("" if e.n < 2 else f" [{e.low:.2f}, {e.high:.2f}]"))
         lines.append(f"| {arm} | {len(mine)} | " + " | ".join(cells) + " |")
     if not lines:
@@ -79,3 +85,27 @@ def routing_lines(rows: List[dict]) -> List[str]:
     return ["MoE arms: FA, BWT, FM (%) and the mass-weighted N_eff over old tasks' tokens (mean over 12 layers), "
             "mean [95% t interval] over seeds:", "", "| arm | seeds | " + " | ".join(MOE_COLUMNS) + " |",
             "|---" * (len(MOE_COLUMNS) + 2) + "|", *lines]
+
+
+def routing_pair_lines(rows: List[dict]) -> List[str]:
+    """Paired differences a − b over the seeds both MoE arms have, for every ROUTING_PAIRS pair of two MoE arms:
+    FA, BWT, FM in points, N_eff as is; mean [95% t interval], *resolved* when the interval excludes 0."""
+    lines = []
+    for a, b in ((a, b) for a, b in ROUTING_PAIRS if is_moe_arm(a) and is_moe_arm(b)):
+        cells, seeds = [], []
+        for key in MOE_COLUMNS:
+            va, vb = _values_by_seed(rows, a, key), _values_by_seed(rows, b, key)
+            if not set(va) & set(vb):
+                cells.append("–")
+                continue
+            common, e = paired(va, vb)
+            seeds = max(seeds, common, key=len)
+            resolved = e.n > 1 and (e.low > 0 or e.high < 0)
+            cells.append(f"{e.mean:+.2f}" + ("" if e.n < 2 else f" [{e.low:+.2f}, {e.high:+.2f}]") +
+                         (" *resolved*" if resolved else ""))
+        if seeds:
+            lines.append(f"| {a} − {b} | {len(seeds)} | " + " | ".join(cells) + " |")
+    if not lines:
+        return []
+    return ["Paired differences between MoE arms (FA, BWT, FM in points; N_eff as is; mean [95% t interval]):", "",
+            "| difference | seeds | " + " | ".join(MOE_COLUMNS) + " |", "|---" * (len(MOE_COLUMNS) + 2) + "|", *lines]

@@ -34,7 +34,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench import mixed_domains  # noqa: E402
-from bench.moe_arms import ROUTING_ARMS, ROUTING_PAIRS, is_moe_arm, routing_fields, routing_lines  # noqa: E402
+from bench.moe_arms import (ROUTING_ARMS, ROUTING_PAIRS, is_moe_arm, routing_fields, routing_lines,  # noqa: E402
+                            routing_pair_lines)
 from norga.config import load_config  # noqa: E402
 from norga.summary_stats import describe, paired  # noqa: E402
 
@@ -267,7 +268,7 @@ def save_results(rows: List[dict], regime: Regime, stem: Path, header: str) -> N
     stem.parent.mkdir(parents=True, exist_ok=True)
     stats = statistics(rows, regime)
     text = "\n".join([header, "", *rows_table(rows), "", *statistics_lines(stats), "",
-                      *diagnostics_lines(rows, regime), "", *routing_lines(rows), ""])
+                      *diagnostics_lines(rows, regime), "", *routing_lines(rows), "", *routing_pair_lines(rows), ""])
     for path, content in ((stem.with_suffix(".json"), json.dumps(rows, indent=1)), (stem.with_suffix(".md"), text)):
         tmp = path.with_suffix(path.suffix + ".tmp")
         tmp.write_text(content)
