@@ -17,7 +17,10 @@ blocks, AdamW lr 1e-3 with cosine, the ``aligned`` classifier protocol for every
   tanh), against ``norga_tanh`` and ``hideprompt`` of the main arms.
 
 Rows of the MoE arms carry BWT and the route statistics of ``norga routes`` (mass-weighted N_eff over old
-tasks' test tokens, averaged over the 12 layers, route-wise and path-wise).
+tasks' test tokens, averaged over the 12 layers, route-wise and path-wise). ``dL_hi_lo`` (the ΔL_old gap
+between the highest- and lowest-N_eff bins of the pooled routes) was added to the rows after the first
+``lora_moe`` run, as a one-number readout of the paper's Fig. 5 claim; it is read from the same routes.json
+of every run and plays no part in any pass/fail decision.
 """
 from __future__ import annotations
 
@@ -45,16 +48,23 @@ ROUTING_ARMS: Dict[str, List[str]] = {
 }
 ROUTING_PAIRS = [("mh_moe", "lora_moe"), ("mh_moe", "lora_moe_k16_top5"), ("mh_moe", "no_prompt"),
                  ("lora_moe", "no_prompt"), ("norga_headwise", "norga_tanh"), ("norga_headwise", "hideprompt")]
-MOE_COLUMNS = ("FA", "BWT", "FM", "n_eff_route", "n_eff_path")
+MOE_COLUMNS = ("FA", "BWT", "FM", "n_eff_route", "n_eff_path", "dL_hi_lo")
 
 
 def routing_fields(run_dir: Path) -> Dict[str, float]:
-    """N_eff of a finished MoE run (writes its routes.json and plots/routes.png), averaged over layers."""
+    """Route statistics of a finished MoE run (writes its routes.json and plots/routes.png).
+
+    n_eff_route / n_eff_path: mass-weighted N_eff averaged over the adapted layers. dL_hi_lo: over the routes of
+    all layers pooled (route-wise), the mean ΔL_old (nats per image) of the highest-N_eff mass-quantile bin minus
+    that of the lowest — positive when routes that mix more compositions forget more (the paper's Fig. 5)."""
     from norga.continual.route_report import route_report
 
-    layers = route_report(run_dir)["layers"].values()
+    report = route_report(run_dir)
+    layers = report["layers"].values()
+    bins = report["pooled_bins"]["route_wise"]
     return {"n_eff_route": sum(v["route_wise"]["n_eff"] for v in layers) / len(layers),
-            "n_eff_path": sum(v["path_wise"]["n_eff"] for v in layers) / len(layers)}
+            "n_eff_path": sum(v["path_wise"]["n_eff"] for v in layers) / len(layers),
+            "dL_hi_lo": bins[-1]["delta_loss"] - bins[0]["delta_loss"] if len(bins) > 1 else math.nan}
 
 
 def _values_by_seed(rows: List[dict], arm: str, key: str) -> Dict[int, float]:
@@ -77,12 +87,14 @@ def routing_lines(rows: List[dict]) -> List[str]:
             continue
         cells = []
         for key in MOE_COLUMNS:
-            e = describe(list(_values_by_seed(rows, arm, key).values()))
-            cells.append(f"{e.mean:.2f}" + ("" if e.n < 2 else f" [{e.low:.2f}, {e.high:.2f}]"))
+            values = list(_values_by_seed(rows, arm, key).values())
+            e = describe(values) if values else None
+            cells.append("–" if e is None else f"{e.mean:.2f}" + ("" if e.n < 2 else f" [{e.low:.2f}, {e.high:.2f}]"))
         lines.append(f"| {arm} | {len(mine)} | " + " | ".join(cells) + " |")
     if not lines:
         return []
-    return ["MoE arms: FA, BWT, FM (%) and the mass-weighted N_eff over old tasks' tokens (mean over 12 layers), "
+    return ["MoE arms: FA, BWT, FM (%), the mass-weighted N_eff over old tasks' tokens (mean over 12 layers) and "
+            "dL_hi_lo (ΔL_old of the highest- minus the lowest-N_eff bin of the pooled routes, nats), "
             "mean [95% t interval] over seeds:", "", "| arm | seeds | " + " | ".join(MOE_COLUMNS) + " |",
             "|---" * (len(MOE_COLUMNS) + 2) + "|", *lines]
 

@@ -215,3 +215,22 @@ def test_moe_tables_by_hand():
     assert cells[3] == interval([10.0, 8.0, 9.0], t2) + " *resolved*"  # BWT in points
     assert cells[5] == interval([-6.0, -4.0, -8.0], t2) + " *resolved*"  # route-wise N_eff
     assert cells[6] == interval([-3.0, 0.0], t1)  # path-wise N_eff over seeds 1, 2: not resolved
+    assert cells[7] == "–" and mh[7] == "–"  # rows without dL_hi_lo
+
+
+def test_routing_fields_from_a_route_report(monkeypatch, tmp_path):
+    """Layer means of N_eff and the high-minus-low ΔL_old of the pooled route-wise bins, by hand."""
+    from bench import moe_arms
+    from norga.continual import route_report
+
+    def bins(*losses):
+        return [{"mass": 1 / len(losses), "delta_loss": v} for v in losses]
+
+    report = {"layers": {"0": {"route_wise": {"n_eff": 4.0}, "path_wise": {"n_eff": 10.0}},
+                         "1": {"route_wise": {"n_eff": 2.0}, "path_wise": {"n_eff": 6.0}}},
+              "pooled_bins": {"route_wise": bins(0.5, 0.9, 0.7, 1.25), "path_wise": bins(3.0, 0.0)}}
+    monkeypatch.setattr(route_report, "route_report", lambda run_dir: report)
+    fields = moe_arms.routing_fields(tmp_path)
+    assert fields == pytest.approx({"n_eff_route": 3.0, "n_eff_path": 8.0, "dL_hi_lo": 0.75})
+    report["pooled_bins"]["route_wise"] = bins(0.5)
+    assert math.isnan(moe_arms.routing_fields(tmp_path)["dL_hi_lo"])  # one bin: no gap to report
