@@ -28,7 +28,7 @@ import math
 from pathlib import Path
 from typing import Dict, List
 
-from norga.summary_stats import describe, paired
+from norga.summary_stats import describe, difference_text, paired
 
 MOE = "method={{name: {name}, epochs: 20, batch_size: 25, experts: {k}, top_k: {top}, rank: {rank}{extra}}}"
 
@@ -112,9 +112,7 @@ def routing_pair_lines(rows: List[dict]) -> List[str]:
                 continue
             common, e = paired(va, vb)
             seeds = max(seeds, common, key=len)
-            resolved = e.n > 1 and (e.low > 0 or e.high < 0)
-            cells.append(f"{e.mean:+.2f}" + ("" if e.n < 2 else f" [{e.low:+.2f}, {e.high:+.2f}]") +
-                         (" *resolved*" if resolved else ""))
+            cells.append(difference_text(e))
         if seeds:
             lines.append(f"| {a} − {b} | {len(seeds)} | " + " | ".join(cells) + " |")
     if not lines:

@@ -37,7 +37,7 @@ from bench import mixed_domains  # noqa: E402
 from bench.moe_arms import (ROUTING_ARMS, ROUTING_PAIRS, is_moe_arm, routing_fields, routing_lines,  # noqa: E402
                             routing_pair_lines)
 from norga.config import load_config  # noqa: E402
-from norga.summary_stats import describe, paired  # noqa: E402
+from norga.summary_stats import describe, difference_text, paired  # noqa: E402
 
 WEIGHTS_FILE = "weights/dinov2_vits14_imgfocus.safetensors"
 STAT_COLUMNS = ("FA", "CA", "FM", "TIL_FA")
@@ -185,10 +185,6 @@ def by_seed(rows: List[dict], arm: str, metric: str) -> Dict[int, float]:
     return {r["seed"]: 100 * r[metric] for r in rows if r["run"] == arm and r.get(metric) is not None}
 
 
-def _interval(e) -> str:
-    return "–" if e.n < 2 else f"{e.mean:+.2f} [{e.low:+.2f}, {e.high:+.2f}]"
-
-
 def statistics(rows: List[dict], regime: Regime) -> dict:
     """Per arm: describe() of each STAT_COLUMNS metric (in %); per pair: paired differences (points)."""
     arms = [a for a in regime.all_arms() if any(r["run"] == a for r in rows)]
@@ -237,10 +233,7 @@ def statistics_lines(stats: dict) -> List[str]:
                   "|---" * (len(STAT_COLUMNS) + 2) + "|"]
         for name, per_metric in stats["pairs"].items():
             seeds = per_metric["FA"][0]
-            cells = []
-            for seeds_m, e in per_metric.values():
-                resolved = e.n > 1 and (e.low > 0 or e.high < 0)
-                cells.append(_interval(e) + (" *resolved*" if resolved else ""))
+            cells = [difference_text(e) for _, e in per_metric.values()]
             lines.append(f"| {name} | {len(seeds)} | " + " | ".join(cells) + " |")
     return lines
 

@@ -50,3 +50,12 @@ def paired(a: Mapping[Hashable, float], b: Mapping[Hashable, float],
     if not common:
         raise ValueError("no common seed between the two groups: paired differences need matching seeds")
     return common, describe([a[s] - b[s] for s in common], confidence)
+
+
+def difference_text(e: Estimate) -> str:
+    """A paired difference as "+m [+low, +high]", marked " *resolved*" when the interval excludes 0; "–" for one
+    value (no interval)."""
+    if e.n < 2:
+        return "–"
+    resolved = e.low > 0 or e.high < 0
+    return f"{e.mean:+.2f} [{e.low:+.2f}, {e.high:+.2f}]" + (" *resolved*" if resolved else "")
