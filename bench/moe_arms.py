@@ -12,7 +12,9 @@ blocks, AdamW lr 1e-3 with cosine, the ``aligned`` classifier protocol for every
   outcomes per layer against mh_moe's 4^6 = 4096, rank 2: 24.6 k expert parameters per layer against
   21.5 k (routers 6.1 k vs 1.5 k); what differs is routing on the head-mixed state vs per head slice.
 * ``mh_moe_h2`` / ``_h4`` / ``_h8``: the H sweep (K = 4, top-1, rank 2; the activated parameters grow
-  with H: 2304, 3840, 6912 per token and layer — reported, not matched).
+  with H: 2304, 3840, 6912 per token and layer — reported, not matched); with ``mh_moe`` (H = 6) the sweep
+  covers H = 2, 4, 6, 8, and ``mh_moe_h8 − mh_moe_h2`` is paired over seeds as the readout of the paper's
+  Table 4 (performance grows with the number of heads); that pair was added before any sweep run started.
 * ``norga_headwise``: the HiDe-Prompt pipeline with the head-wise NoRGa gate (α, τ per attention head,
   tanh), against ``norga_tanh`` and ``hideprompt`` of the main arms.
 
@@ -26,7 +28,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from norga.summary_stats import describe, difference_text, paired
 
@@ -47,7 +49,8 @@ ROUTING_ARMS: Dict[str, List[str]] = {
     "norga_headwise": ["method.gate={name: norga_headwise, activation: tanh}"],
 }
 ROUTING_PAIRS = [("mh_moe", "lora_moe"), ("mh_moe", "lora_moe_k16_top5"), ("mh_moe", "no_prompt"),
-                 ("lora_moe", "no_prompt"), ("norga_headwise", "norga_tanh"), ("norga_headwise", "hideprompt")]
+                 ("lora_moe", "no_prompt"), ("norga_headwise", "norga_tanh"), ("norga_headwise", "hideprompt"),
+                 ("mh_moe_h8", "mh_moe_h2")]
 MOE_COLUMNS = ("FA", "BWT", "FM", "n_eff_route", "n_eff_path", "dL_hi_lo")
 
 
@@ -78,10 +81,11 @@ def is_moe_arm(arm: str) -> bool:
     return arm in ROUTING_ARMS and "moe" in arm
 
 
-def routing_lines(rows: List[dict]) -> List[str]:
-    """Per MoE arm: FA, BWT, FM (%) and N_eff, mean [95% t interval] over seeds."""
+def routing_lines(rows: List[dict], arms: Optional[Sequence[str]] = None) -> List[str]:
+    """Per MoE arm (``arms``, default all of ROUTING_ARMS): FA, BWT, FM (%) and N_eff, mean [95% t interval] over
+    seeds; arms without rows are left out."""
     lines = []
-    for arm in (a for a in ROUTING_ARMS if is_moe_arm(a)):
+    for arm in (a for a in (arms or ROUTING_ARMS) if is_moe_arm(a)):
         mine = [r for r in rows if r["run"] == arm]
         if not mine:
             continue
@@ -99,11 +103,12 @@ def routing_lines(rows: List[dict]) -> List[str]:
             "|---" * (len(MOE_COLUMNS) + 2) + "|", *lines]
 
 
-def routing_pair_lines(rows: List[dict]) -> List[str]:
-    """Paired differences a − b over the seeds both MoE arms have, for every ROUTING_PAIRS pair of two MoE arms:
-    FA, BWT, FM in points, N_eff as is; mean [95% t interval], *resolved* when the interval excludes 0."""
+def routing_pair_lines(rows: List[dict], pairs: Optional[Sequence[Tuple[str, str]]] = None) -> List[str]:
+    """Paired differences a − b over the seeds both MoE arms have, for every pair of two MoE arms in ``pairs``
+    (default ROUTING_PAIRS): FA, BWT, FM in points, N_eff as is; mean [95% t interval], *resolved* when the
+    interval excludes 0; pairs without a common seed are left out."""
     lines = []
-    for a, b in ((a, b) for a, b in ROUTING_PAIRS if is_moe_arm(a) and is_moe_arm(b)):
+    for a, b in ((a, b) for a, b in (pairs or ROUTING_PAIRS) if is_moe_arm(a) and is_moe_arm(b)):
         cells, seeds = [], []
         for key in MOE_COLUMNS:
             va, vb = _values_by_seed(rows, a, key), _values_by_seed(rows, b, key)

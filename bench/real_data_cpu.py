@@ -220,21 +220,31 @@ def diagnostics_lines(rows: List[dict], regime: Regime) -> List[str]:
             "| arm | seeds | " + " | ".join(DIAGNOSTICS) + " |", "|---" * (len(DIAGNOSTICS) + 2) + "|", *lines]
 
 
+def arm_stat_row(arm: str, estimates: dict, columns=STAT_COLUMNS) -> str:
+    """One table row of statistics()["arms"][arm]: mean ± std [95% interval] per column (the mean alone for one
+    seed)."""
+    cells = [f"{e.mean:.2f} ± {e.std:.2f} [{e.low:.2f}, {e.high:.2f}]" if e.n > 1 else f"{e.mean:.2f}"
+             for e in (estimates[c] for c in columns)]
+    return f"| {arm} | {estimates['FA'].n} | " + " | ".join(cells) + " |"
+
+
+def pair_stat_row(name: str, per_metric: dict, columns=STAT_COLUMNS) -> str:
+    """One table row of statistics()["pairs"][name]: the paired difference per column (difference_text)."""
+    return f"| {name} | {len(per_metric['FA'][0])} | " + " | ".join(difference_text(per_metric[c][1])
+                                                                   for c in columns) + " |"
+
+
+def table_head(first: str, columns) -> List[str]:
+    return [f"| {first} | seeds | " + " | ".join(columns) + " |", "|---" * (len(columns) + 2) + "|"]
+
+
 def statistics_lines(stats: dict) -> List[str]:
     lines = ["Per arm: mean ± sample std over seeds, [95% Student-t interval of the mean] (%):", "",
-             "| arm | seeds | " + " | ".join(STAT_COLUMNS) + " |", "|---" * (len(STAT_COLUMNS) + 2) + "|"]
-    for arm, est in stats["arms"].items():
-        cells = [f"{e.mean:.2f} ± {e.std:.2f} [{e.low:.2f}, {e.high:.2f}]" if e.n > 1 else f"{e.mean:.2f}"
-                 for e in est.values()]
-        lines.append(f"| {arm} | {est['FA'].n} | " + " | ".join(cells) + " |")
+             *table_head("arm", STAT_COLUMNS), *(arm_stat_row(a, est) for a, est in stats["arms"].items())]
     if stats["pairs"]:
         lines += ["", "Paired differences (percentage points; mean [95% t interval]; *resolved* = the interval "
-                  "excludes 0):", "", "| difference | seeds | " + " | ".join(STAT_COLUMNS) + " |",
-                  "|---" * (len(STAT_COLUMNS) + 2) + "|"]
-        for name, per_metric in stats["pairs"].items():
-            seeds = per_metric["FA"][0]
-            cells = [difference_text(e) for _, e in per_metric.values()]
-            lines.append(f"| {name} | {len(seeds)} | " + " | ".join(cells) + " |")
+                  "excludes 0):", "", *table_head("difference", STAT_COLUMNS),
+                  *(pair_stat_row(name, per_metric) for name, per_metric in stats["pairs"].items())]
     return lines
 
 

@@ -38,3 +38,17 @@ def test_config_reference_lists_every_field_of_every_method():
         assert match, f"README has no **`method.name: {name}`** section"
         missing = [f.name for f in dataclasses.fields(cls) if f.name != "name" and f"`{f.name}" not in match.group(1)]
         assert not missing, f"README section of method {name} lacks {missing}"
+
+
+def test_benchmark_tables_match_the_committed_rows():
+    """Every table between <!-- bench:NAME --> markers is what bench/readme_tables.py makes of the rows."""
+    import sys
+
+    sys.path.insert(0, str(REPO))
+    from bench import readme_tables
+    from bench.real_data_cpu import load_rows
+
+    text = (REPO / "README.md").read_text()
+    assert {m.group(1) for m in readme_tables.MARKER.finditer(text)} == set(readme_tables.BLOCKS)
+    stale = readme_tables.stale_blocks(text, load_rows(REPO / "bench" / "results" / "evidence_cpu"))
+    assert not stale, f"README tables {stale} are stale: run python bench/readme_tables.py"

@@ -1,0 +1,151 @@
+"""The README's benchmark tables of the head-wise routing section, generated from the committed rows.
+
+    python bench/readme_tables.py            # rewrite every marked table of README.md from the rows
+    python bench/readme_tables.py --check    # exit 1, naming the stale tables, if README.md differs
+
+A generated table sits between two HTML comments (invisible on GitHub)::
+
+    <!-- bench:moe-arms -->
+    | arm | seeds | ... |
+    <!-- /bench:moe-arms -->
+
+Each name is a registered block (``BLOCKS``): a function of the rows of ``bench/results/evidence_cpu.json``
+returning table lines. Numbers are those of ``bench/results/evidence_cpu.md`` with typographic minus signs.
+``tests/test_readme.py`` runs the check, so the README cannot fall behind the committed rows.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+from typing import Callable, Dict, List
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from bench import real_data_cpu  # noqa: E402
+from bench.moe_arms import routing_lines, routing_pair_lines  # noqa: E402
+
+BLOCKS: Dict[str, Callable[[List[dict]], List[str]]] = {}
+BLOCK_ARMS: Dict[str, List[str]] = {}  # the arms each table needs (named when it has no rows yet)
+MARKER = re.compile(r"<!-- bench:([\w-]+) -->\n(.*?)<!-- /bench:([\w-]+) -->", re.S)
+MATCHED = ["lora_moe", "mh_moe", "lora_moe_k16_top5"]
+H_SWEEP = ["mh_moe_h2", "mh_moe_h4", "mh_moe", "mh_moe_h8"]  # H = 2, 4, 6 (the backbone's heads), 8
+HEADWISE = ["norga_headwise", "norga_tanh", "hideprompt"]
+PAIR_COLUMNS = ("FA", "FM", "TIL_FA")
+
+
+def block(name: str, arms: List[str]):
+    """Register a README table: ``@block("name", arms)`` on a function rows -> table lines (empty without rows)."""
+    def register(fn):
+        BLOCKS[name], BLOCK_ARMS[name] = fn, arms
+        return fn
+    return register
+
+
+def _table(lines: List[str]) -> List[str]:
+    return [ln for ln in lines if ln.startswith("|")]
+
+
+def _stats(rows: List[dict]) -> dict:
+    return real_data_cpu.statistics(rows, real_data_cpu.REGIMES["evidence"])
+
+
+@block("moe-arms", MATCHED)
+def moe_arms(rows: List[dict]) -> List[str]:
+    return _table(routing_lines(rows, MATCHED))
+
+
+@block("moe-pairs", MATCHED)
+def moe_pairs(rows: List[dict]) -> List[str]:
+    return _table(routing_pair_lines(rows, [("mh_moe", "lora_moe"), ("mh_moe", "lora_moe_k16_top5")]))
+
+
+@block("moe-vs-frozen", ["lora_moe", "mh_moe", "no_prompt"])
+def moe_vs_frozen(rows: List[dict]) -> List[str]:
+    pairs = {n: p for n, p in _stats(rows)["pairs"].items() if n.endswith(" − no_prompt") and "moe" in n}
+    return real_data_cpu.table_head("difference", PAIR_COLUMNS) + [
+        real_data_cpu.pair_stat_row(n, p, PAIR_COLUMNS) for n, p in pairs.items()] if pairs else []
+
+
+@block("h-sweep", H_SWEEP)
+def h_sweep(rows: List[dict]) -> List[str]:
+    return _table(routing_lines(rows, H_SWEEP))
+
+
+@block("h-sweep-pair", ["mh_moe_h8", "mh_moe_h2"])
+def h_sweep_pair(rows: List[dict]) -> List[str]:
+    return _table(routing_pair_lines(rows, [("mh_moe_h8", "mh_moe_h2")]))
+
+
+@block("headwise-arms", HEADWISE)
+def headwise_arms(rows: List[dict]) -> List[str]:
+    arms = _stats(rows)["arms"]
+    present = [a for a in HEADWISE if a in arms]
+    return real_data_cpu.table_head("arm", real_data_cpu.STAT_COLUMNS) + [
+        real_data_cpu.arm_stat_row(a, arms[a]) for a in present] if "norga_headwise" in present else []
+
+
+@block("headwise-pairs", HEADWISE)
+def headwise_pairs(rows: List[dict]) -> List[str]:
+    pairs = {n: p for n, p in _stats(rows)["pairs"].items() if n.startswith("norga_headwise − ")}
+    return real_data_cpu.table_head("difference", real_data_cpu.STAT_COLUMNS) + [
+        real_data_cpu.pair_stat_row(n, p) for n, p in pairs.items()] if pairs else []
+
+
+def typographic(line: str) -> str:
+    """ASCII minus before a digit -> "−" (table rules and names are left alone)."""
+    return re.sub(r"-(?=\d)", "−", line)
+
+
+def render_block(name: str, rows: List[dict]) -> str:
+    lines = [typographic(ln) for ln in BLOCKS[name](rows)]
+    missing = f"*No rows yet for `{name}`: run `python bench/real_data_cpu.py --only {' '.join(BLOCK_ARMS[name])}`.*"
+    return "\n".join(lines or [missing]) + "\n"
+
+
+def render(text: str, rows: List[dict]) -> str:
+    """``text`` with every marked block regenerated from ``rows``; unknown or mismatched markers raise."""
+    unknown = sorted({m.group(1) for m in MARKER.finditer(text)} - set(BLOCKS))
+    if unknown:
+        raise ValueError(f"README marks unknown table(s) {unknown}; registered: {sorted(BLOCKS)}")
+    opened, closed = re.findall(r"<!-- bench:([\w-]+) -->", text), re.findall(r"<!-- /bench:([\w-]+) -->", text)
+    mismatched = [m.group(1) for m in MARKER.finditer(text) if m.group(1) != m.group(3)]
+    if opened != closed or mismatched:
+        raise ValueError(f"README table markers do not pair up (opened {opened}, closed {closed}): each "
+                         "<!-- bench:NAME --> needs its own <!-- /bench:NAME --> after it")
+    return MARKER.sub(lambda m: f"<!-- bench:{m.group(1)} -->\n{render_block(m.group(1), rows)}"
+                                f"<!-- /bench:{m.group(1)} -->", text)
+
+
+def stale_blocks(text: str, rows: List[dict]) -> List[str]:
+    """Names of the marked blocks whose text differs from what the rows give."""
+    fresh = {m.group(1): m.group(2) for m in MARKER.finditer(render(text, rows))}
+    return [m.group(1) for m in MARKER.finditer(text) if fresh[m.group(1)] != m.group(2)]
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--readme", type=Path, default=REPO / "README.md")
+    p.add_argument("--results", type=Path, default=REPO / "bench" / "results" / "evidence_cpu",
+                   help="results path without suffix (its .json rows are read)")
+    p.add_argument("--check", action="store_true", help="only check; exit 1 naming the stale tables")
+    args = p.parse_args(argv)
+    rows = real_data_cpu.load_rows(args.results)
+    if not rows:
+        sys.exit(f"error: no rows in {args.results.with_suffix('.json')}; run bench/real_data_cpu.py first")
+    text = args.readme.read_text()
+    if args.check:
+        stale = stale_blocks(text, rows)
+        if stale:
+            print(f"{args.readme}: tables {stale} differ from {args.results.with_suffix('.json')}; "
+                  "run python bench/readme_tables.py", file=sys.stderr)
+            return 1
+        return 0
+    args.readme.write_text(render(text, rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

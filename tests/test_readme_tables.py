@@ -1,0 +1,98 @@
+"""bench/readme_tables.py: marked README tables regenerated from benchmark rows, checked by hand."""
+from __future__ import annotations
+
+import math
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import REPO_ROOT
+
+sys.path.insert(0, str(REPO_ROOT))
+
+from bench import readme_tables  # noqa: E402
+
+T2 = 4.302653  # t_{0.975} with 2 degrees of freedom
+
+
+def _rows():
+    """lora_moe and mh_moe over seeds 1-3; FA / BWT / FM as fractions, as the benchmark stores them."""
+    rows = []
+    for seed, (fa_l, fa_m) in enumerate(((0.40, 0.30), (0.45, 0.38), (0.42, 0.36)), start=1):
+        for arm, fa in (("lora_moe", fa_l), ("mh_moe", fa_m)):
+            rows.append({"run": arm, "seed": seed, "FA": fa, "CA": fa, "TIL_FA": fa, "BWT": -0.5, "FM": 0.5,
+                         "n_eff_route": 3.0, "n_eff_path": 3.0, "dL_hi_lo": 0.0})
+    return rows
+
+
+TEXT = """# Results
+Prose that stays.
+<!-- bench:moe-pairs -->
+| stale | table |
+<!-- /bench:moe-pairs -->
+between
+<!-- bench:headwise-arms -->
+<!-- /bench:headwise-arms -->
+end
+"""
+
+
+def _block(text: str, name: str) -> str:
+    return text.split(f"<!-- bench:{name} -->\n", 1)[1].split(f"<!-- /bench:{name} -->", 1)[0]
+
+
+def test_render_rewrites_only_the_marked_tables_with_numbers_by_hand():
+    out = readme_tables.render(TEXT, _rows())
+    assert out.startswith("# Results\nProse that stays.\n<!-- bench:moe-pairs -->\n") and "\nbetween\n" in out
+    assert out.endswith("<!-- /bench:headwise-arms -->\nend\n")
+    lines = _block(out, "moe-pairs").splitlines()
+    assert lines[0].startswith("| difference | seeds | FA | BWT |") and lines[1].startswith("|---|---|")
+    d = np.array([-10.0, -7.0, -6.0])  # mh_moe − lora_moe FA in points
+    half = T2 * d.std(ddof=1) / math.sqrt(3)
+    fa = f"{d.mean():+.2f} [{d.mean() - half:+.2f}, {d.mean() + half:+.2f}]".replace("-", "−")
+    assert lines[2].startswith(f"| mh_moe − lora_moe | 3 | {fa} *resolved* | ")
+    assert d.mean() + half < 0  # the interval excludes 0, so *resolved* is right
+    assert len(lines) == 3  # lora_moe_k16_top5 has no rows: no line for its pair
+    assert _block(out, "headwise-arms") == ("*No rows yet for `headwise-arms`: run `python bench/real_data_cpu.py "
+                                            "--only norga_headwise norga_tanh hideprompt`.*\n")  # said, not empty
+    assert readme_tables.render(out, _rows()) == out
+
+
+def test_stale_blocks_names_each_table_that_differs():
+    assert readme_tables.stale_blocks(TEXT, _rows()) == ["moe-pairs", "headwise-arms"]
+    fresh = readme_tables.render(TEXT, _rows())
+    assert readme_tables.stale_blocks(fresh, _rows()) == []
+    changed = _rows()
+    changed[0]["FA"] = 0.41
+    assert readme_tables.stale_blocks(fresh, changed) == ["moe-pairs"]
+
+
+def test_typographic_minus_only_before_digits():
+    line = "| mh_moe_h8 − mh_moe_h2 | 3 | -0.50 [-1.20, +0.20] | –"
+    assert readme_tables.typographic(line) == "| mh_moe_h8 − mh_moe_h2 | 3 | −0.50 [−1.20, +0.20] | –"
+    assert readme_tables.typographic("|---|---|") == "|---|---|"
+
+
+@pytest.mark.parametrize("text, message", [
+    ("<!-- bench:nope -->\n<!-- /bench:nope -->\n", "unknown table"),
+    ("<!-- bench:moe-arms -->\n| x |\n", "do not pair up"),
+    ("<!-- bench:moe-arms -->\n<!-- /bench:headwise-arms -->\n", "do not pair up"),
+])
+def test_bad_markers_raise_one_clear_error(text, message):
+    with pytest.raises(ValueError, match=message):
+        readme_tables.render(text, _rows())
+
+
+def test_main_check_fails_on_a_stale_readme_and_passes_after_a_rewrite(tmp_path, capsys):
+    import json
+
+    readme, results = tmp_path / "README.md", tmp_path / "rows"
+    readme.write_text(TEXT)
+    results.with_suffix(".json").write_text(json.dumps(_rows()))
+    args = ["--readme", str(readme), "--results", str(results)]
+    assert readme_tables.main(args + ["--check"]) == 1
+    assert "['moe-pairs', 'headwise-arms']" in capsys.readouterr().err
+    assert readme_tables.main(args) == 0 and readme_tables.main(args + ["--check"]) == 0
+    with pytest.raises(SystemExit, match="no rows"):
+        readme_tables.main(["--readme", str(readme), "--results", str(tmp_path / "none")])
