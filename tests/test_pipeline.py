@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from faults import assert_same_metrics
 from norga.config import load_config
 from norga.continual.evaluate import evaluate_task
 from norga.continual.rundir import RunDir
@@ -25,10 +26,6 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "2", "PYTHONPATH": str(REPO)}
 def train(out: Path, *extra: str, timeout: float = 600) -> subprocess.CompletedProcess:
     cmd = [sys.executable, str(REPO / "train.py"), "--config", str(SMOKE), "--output-dir", str(out), *extra]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=ENV, cwd=REPO)
-
-
-def comparable(metrics: dict) -> dict:
-    return {k: v for k, v in metrics.items() if k != "task_seconds"}
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +81,7 @@ def test_same_seed_gives_identical_metrics(smoke_run, tmp_path):
     assert train(again).returncode == 0
     first = json.loads((smoke_run / "metrics.json").read_text())
     second = json.loads((again / "metrics.json").read_text())
-    assert comparable(first) == comparable(second)
+    assert_same_metrics(first, second)
 
 
 def test_killed_and_resumed_run_equals_uninterrupted(smoke_run, tmp_path):
@@ -103,7 +100,7 @@ def test_killed_and_resumed_run_equals_uninterrupted(smoke_run, tmp_path):
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resuming after task" in (out / "log.txt").read_text()
     final = json.loads((out / "metrics.json").read_text())
-    assert comparable(final) == comparable(json.loads((smoke_run / "metrics.json").read_text()))
+    assert_same_metrics(final, json.loads((smoke_run / "metrics.json").read_text()))
 
 
 def test_resume_with_changed_config_needs_force(smoke_run, tmp_path):

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from faults import ENV, REPO, assert_one_line_error, comparable, train_args, train_with_fault
+from faults import ENV, REPO, assert_one_line_error, assert_same_metrics, comparable, train_args, train_with_fault
 from norga.cli import main as norga
 
 
@@ -74,7 +74,7 @@ def test_metrics_lost_mid_run_resumes_and_completes(reference, tmp_path, capsys)
     (run / "metrics.json").unlink()
     status, _, err = cli(capsys, "train", *train_args(run))
     assert status == 0, err[-2000:]
-    assert comparable(metrics_of(run)) == comparable(metrics_of(reference))
+    assert_same_metrics(metrics_of(run), metrics_of(reference))
 
 
 def test_lost_config_is_recovered_from_the_checkpoints(reference, tmp_path, capsys):
@@ -100,7 +100,7 @@ def test_a_run_written_before_a_config_key_existed_continues_only_at_its_default
     assert_one_line_error(status, err, "different config (changed: ['amp'])")
     status, _, err = cli(capsys, "train", *train_args(run))  # trains the third task on the default
     assert status == 0, err[-2000:]
-    assert comparable(metrics_of(run)) == comparable(metrics_of(reference))
+    assert_same_metrics(metrics_of(run), metrics_of(reference))
 
 
 def test_truncated_checkpoint_is_named_and_training_redoes_that_task(reference, tmp_path, capsys):
@@ -151,7 +151,7 @@ def test_kill_between_checkpoint_and_checksum_then_resume_is_identical(reference
     assert metrics_of(out)["completed_tasks"] == 1  # metrics never describe an unverified task
     assert norga(["train", *train_args(out)]) == 0
     assert "has no checksum file: its write was interrupted" in (out / "log.txt").read_text()
-    assert comparable(metrics_of(out)) == comparable(metrics_of(reference))
+    assert_same_metrics(metrics_of(out), metrics_of(reference))
 
 
 def test_ctrl_c_stops_with_one_line_and_resumes_identically(reference, tmp_path):
@@ -169,7 +169,7 @@ def test_ctrl_c_stops_with_one_line_and_resumes_identically(reference, tmp_path)
     assert not (out / ".lock").exists()
     assert rundir_done(out) >= 1  # (metrics.json may not be written yet: it follows the checksum, rebuilt below)
     assert norga(["train", *train_args(out)]) == 0
-    assert comparable(metrics_of(out)) == comparable(metrics_of(reference))
+    assert_same_metrics(metrics_of(out), metrics_of(reference))
 
 
 def test_second_process_on_a_folder_is_refused_and_a_killed_owner_leaves_no_stale_lock(tmp_path, capsys):
@@ -278,3 +278,20 @@ def rundir_done(run: Path) -> int:
     from norga.continual.rundir import RunDir
 
     return RunDir(run).scan().done
+
+
+def test_metric_comparison_is_exact_except_for_the_methods_float_diagnostics():
+    from faults import DIAGNOSTIC_RTOL, metric_differences
+
+    want = {"FA": 0.5, "acc_matrix": [[1.0, None]], "task_seconds": [3.0], "seed": 0,
+            "method": {"prompt_norms": [20.0], "gate": {"name": "norga", "alpha": [1.0]}}}
+    close = {**want, "task_seconds": [9.0], "method": {"prompt_norms": [20.0 * (1 + DIAGNOSTIC_RTOL / 10)],
+                                                        "gate": {"name": "norga", "alpha": [1.0]}}}
+    assert metric_differences(close, want) == []  # wall clock ignored, diagnostics within the tolerance
+    far = {**want, "method": {"prompt_norms": [20.0 * (1 + DIAGNOSTIC_RTOL * 10)], "gate": want["method"]["gate"]}}
+    assert [d.split(":")[0] for d in metric_differences(far, want)] == ["method.prompt_norms[0]"]
+    accuracy = {**want, "FA": 0.5 + 1e-12, "acc_matrix": [[1.0, 0.0]]}
+    assert [d.split(":")[0] for d in metric_differences(accuracy, want)] == ["FA", "acc_matrix[0][1]"]
+    renamed = {**want, "method": {**want["method"], "gate": {"name": "linear", "alpha": [1.0]}}}
+    assert metric_differences(renamed, want) == ["method.gate.name: 'linear' != 'norga'"]
+    assert metric_differences({k: v for k, v in want.items() if k != "seed"}, want) == ["seed: '<missing>' != 0"]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from faults import comparable, train_args, train_with_fault
+from faults import assert_same_metrics, train_args, train_with_fault
 from norga.cli import main as norga
 from norga.continual.rundir import RunDir
 
@@ -49,5 +49,5 @@ def test_kill_at_stage_then_resume_gives_the_uninterrupted_metrics(spec, referen
     assert norga(["train", *train_args(out)]) == 0
     assert RunDir(out).scan().done == 3 and done_before <= 1
     final = json.loads((out / "metrics.json").read_text())
-    assert comparable(final) == comparable(json.loads((reference / "metrics.json").read_text()))
+    assert_same_metrics(final, json.loads((reference / "metrics.json").read_text()))
     assert not list(out.rglob("*.tmp")) and not (out / ".lock").exists()
