@@ -30,7 +30,7 @@ import math
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from norga.summary_stats import describe, difference_text, paired
+from norga.summary_stats import describe, difference_text, paired, table_head
 
 MOE = "method={{name: {name}, epochs: 20, batch_size: 25, experts: {k}, top_k: {top}, rank: {rank}{extra}}}"
 
@@ -99,8 +99,7 @@ def routing_lines(rows: List[dict], arms: Optional[Sequence[str]] = None) -> Lis
         return []
     return ["MoE arms: FA, BWT, FM (%), the mass-weighted N_eff over old tasks' tokens (mean over 12 layers) and "
             "dL_hi_lo (ΔL_old of the highest- minus the lowest-N_eff bin of the pooled routes, nats), "
-            "mean [95% t interval] over seeds:", "", "| arm | seeds | " + " | ".join(MOE_COLUMNS) + " |",
-            "|---" * (len(MOE_COLUMNS) + 2) + "|", *lines]
+            "mean [95% t interval] over seeds:", "", *table_head("arm", MOE_COLUMNS), *lines]
 
 
 def routing_pair_lines(rows: List[dict], pairs: Optional[Sequence[Tuple[str, str]]] = None) -> List[str]:
@@ -123,4 +122,4 @@ def routing_pair_lines(rows: List[dict], pairs: Optional[Sequence[Tuple[str, str
     if not lines:
         return []
     return ["Paired differences between MoE arms (FA, BWT, FM in points; N_eff as is; mean [95% t interval]):", "",
-            "| difference | seeds | " + " | ".join(MOE_COLUMNS) + " |", "|---" * (len(MOE_COLUMNS) + 2) + "|", *lines]
+            *table_head("difference", MOE_COLUMNS), *lines]

@@ -10,7 +10,7 @@ A generated table sits between two HTML comments (invisible on GitHub)::
     <!-- /bench:moe-arms -->
 
 Each name is a registered block (``BLOCKS``): a function of the rows of ``bench/results/evidence_cpu.json``
-returning table lines. Numbers are those of ``bench/results/evidence_cpu.md`` with typographic minus signs.
+(a :class:`Results`, whose statistics are computed once per render) returning table lines. Numbers are those of ``bench/results/evidence_cpu.md`` with typographic minus signs.
 ``tests/test_readme.py`` runs the check, so the README cannot fall behind the committed rows.
 """
 from __future__ import annotations
@@ -18,6 +18,8 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Callable, Dict, List
 
@@ -26,8 +28,21 @@ sys.path.insert(0, str(REPO))
 
 from bench import real_data_cpu  # noqa: E402
 from bench.moe_arms import routing_lines, routing_pair_lines  # noqa: E402
+from norga.summary_stats import table_head  # noqa: E402
 
-BLOCKS: Dict[str, Callable[[List[dict]], List[str]]] = {}
+
+@dataclass
+class Results:
+    """The benchmark rows; ``stats`` is real_data_cpu.statistics() of the evidence regime, computed on first use."""
+
+    rows: List[dict]
+
+    @cached_property
+    def stats(self) -> dict:
+        return real_data_cpu.statistics(self.rows, real_data_cpu.REGIMES["evidence"])
+
+
+BLOCKS: Dict[str, Callable[[Results], List[str]]] = {}
 BLOCK_ARMS: Dict[str, List[str]] = {}  # the arms each table needs (named when it has no rows yet)
 MARKER = re.compile(r"<!-- bench:([\w-]+) -->\n(.*?)<!-- /bench:([\w-]+) -->", re.S)
 MATCHED = ["lora_moe", "mh_moe", "lora_moe_k16_top5"]
@@ -37,7 +52,8 @@ PAIR_COLUMNS = ("FA", "FM", "TIL_FA")
 
 
 def block(name: str, arms: List[str]):
-    """Register a README table: ``@block("name", arms)`` on a function rows -> table lines (empty without rows)."""
+    """Register a README table: ``@block("name", arms)`` on a function Results -> table lines (empty without
+    rows)."""
     def register(fn):
         BLOCKS[name], BLOCK_ARMS[name] = fn, arms
         return fn
@@ -48,49 +64,45 @@ def _table(lines: List[str]) -> List[str]:
     return [ln for ln in lines if ln.startswith("|")]
 
 
-def _stats(rows: List[dict]) -> dict:
-    return real_data_cpu.statistics(rows, real_data_cpu.REGIMES["evidence"])
-
-
 @block("moe-arms", MATCHED)
-def moe_arms(rows: List[dict]) -> List[str]:
-    return _table(routing_lines(rows, MATCHED))
+def moe_arms(results: Results) -> List[str]:
+    return _table(routing_lines(results.rows, MATCHED))
 
 
 @block("moe-pairs", MATCHED)
-def moe_pairs(rows: List[dict]) -> List[str]:
-    return _table(routing_pair_lines(rows, [("mh_moe", "lora_moe"), ("mh_moe", "lora_moe_k16_top5")]))
+def moe_pairs(results: Results) -> List[str]:
+    return _table(routing_pair_lines(results.rows, [("mh_moe", "lora_moe"), ("mh_moe", "lora_moe_k16_top5")]))
 
 
 @block("moe-vs-frozen", ["lora_moe", "mh_moe", "no_prompt"])
-def moe_vs_frozen(rows: List[dict]) -> List[str]:
-    pairs = {n: p for n, p in _stats(rows)["pairs"].items() if n.endswith(" − no_prompt") and "moe" in n}
-    return real_data_cpu.table_head("difference", PAIR_COLUMNS) + [
+def moe_vs_frozen(results: Results) -> List[str]:
+    pairs = {n: p for n, p in results.stats["pairs"].items() if n.endswith(" − no_prompt") and "moe" in n}
+    return table_head("difference", PAIR_COLUMNS) + [
         real_data_cpu.pair_stat_row(n, p, PAIR_COLUMNS) for n, p in pairs.items()] if pairs else []
 
 
 @block("h-sweep", H_SWEEP)
-def h_sweep(rows: List[dict]) -> List[str]:
-    return _table(routing_lines(rows, H_SWEEP))
+def h_sweep(results: Results) -> List[str]:
+    return _table(routing_lines(results.rows, H_SWEEP))
 
 
 @block("h-sweep-pair", ["mh_moe_h8", "mh_moe_h2"])
-def h_sweep_pair(rows: List[dict]) -> List[str]:
-    return _table(routing_pair_lines(rows, [("mh_moe_h8", "mh_moe_h2")]))
+def h_sweep_pair(results: Results) -> List[str]:
+    return _table(routing_pair_lines(results.rows, [("mh_moe_h8", "mh_moe_h2")]))
 
 
 @block("headwise-arms", HEADWISE)
-def headwise_arms(rows: List[dict]) -> List[str]:
-    arms = _stats(rows)["arms"]
+def headwise_arms(results: Results) -> List[str]:
+    arms = results.stats["arms"]
     present = [a for a in HEADWISE if a in arms]
-    return real_data_cpu.table_head("arm", real_data_cpu.STAT_COLUMNS) + [
+    return table_head("arm", real_data_cpu.STAT_COLUMNS) + [
         real_data_cpu.arm_stat_row(a, arms[a]) for a in present] if "norga_headwise" in present else []
 
 
 @block("headwise-pairs", HEADWISE)
-def headwise_pairs(rows: List[dict]) -> List[str]:
-    pairs = {n: p for n, p in _stats(rows)["pairs"].items() if n.startswith("norga_headwise − ")}
-    return real_data_cpu.table_head("difference", real_data_cpu.STAT_COLUMNS) + [
+def headwise_pairs(results: Results) -> List[str]:
+    pairs = {n: p for n, p in results.stats["pairs"].items() if n.startswith("norga_headwise − ")}
+    return table_head("difference", real_data_cpu.STAT_COLUMNS) + [
         real_data_cpu.pair_stat_row(n, p) for n, p in pairs.items()] if pairs else []
 
 
@@ -99,8 +111,8 @@ def typographic(line: str) -> str:
     return re.sub(r"-(?=\d)", "−", line)
 
 
-def render_block(name: str, rows: List[dict]) -> str:
-    lines = [typographic(ln) for ln in BLOCKS[name](rows)]
+def render_block(name: str, results: Results) -> str:
+    lines = [typographic(ln) for ln in BLOCKS[name](results)]
     missing = f"*No rows yet for `{name}`: run `python bench/real_data_cpu.py --only {' '.join(BLOCK_ARMS[name])}`.*"
     return "\n".join(lines or [missing]) + "\n"
 
@@ -115,7 +127,8 @@ def render(text: str, rows: List[dict]) -> str:
     if opened != closed or mismatched:
         raise ValueError(f"README table markers do not pair up (opened {opened}, closed {closed}): each "
                          "<!-- bench:NAME --> needs its own <!-- /bench:NAME --> after it")
-    return MARKER.sub(lambda m: f"<!-- bench:{m.group(1)} -->\n{render_block(m.group(1), rows)}"
+    results = Results(rows)
+    return MARKER.sub(lambda m: f"<!-- bench:{m.group(1)} -->\n{render_block(m.group(1), results)}"
                                 f"<!-- /bench:{m.group(1)} -->", text)
 
 

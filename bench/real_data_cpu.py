@@ -37,7 +37,7 @@ from bench import mixed_domains  # noqa: E402
 from bench.moe_arms import (ROUTING_ARMS, ROUTING_PAIRS, is_moe_arm, routing_fields, routing_lines,  # noqa: E402
                             routing_pair_lines)
 from norga.config import load_config  # noqa: E402
-from norga.summary_stats import describe, difference_text, paired  # noqa: E402
+from norga.summary_stats import describe, difference_text, paired, table_head  # noqa: E402
 
 WEIGHTS_FILE = "weights/dinov2_vits14_imgfocus.safetensors"
 STAT_COLUMNS = ("FA", "CA", "FM", "TIL_FA")
@@ -217,7 +217,7 @@ def diagnostics_lines(rows: List[dict], regime: Regime) -> List[str]:
     if not lines:
         return []
     return ["Diagnostics, task means per run, then mean [95% t interval] over seeds (gains in points):", "",
-            "| arm | seeds | " + " | ".join(DIAGNOSTICS) + " |", "|---" * (len(DIAGNOSTICS) + 2) + "|", *lines]
+            *table_head("arm", DIAGNOSTICS), *lines]
 
 
 def arm_stat_row(arm: str, estimates: dict, columns=STAT_COLUMNS) -> str:
@@ -232,10 +232,6 @@ def pair_stat_row(name: str, per_metric: dict, columns=STAT_COLUMNS) -> str:
     """One table row of statistics()["pairs"][name]: the paired difference per column (difference_text)."""
     return f"| {name} | {len(per_metric['FA'][0])} | " + " | ".join(difference_text(per_metric[c][1])
                                                                    for c in columns) + " |"
-
-
-def table_head(first: str, columns) -> List[str]:
-    return [f"| {first} | seeds | " + " | ".join(columns) + " |", "|---" * (len(columns) + 2) + "|"]
 
 
 def statistics_lines(stats: dict) -> List[str]:

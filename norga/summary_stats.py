@@ -59,3 +59,8 @@ def difference_text(e: Estimate) -> str:
         return "–"
     resolved = e.low > 0 or e.high < 0
     return f"{e.mean:+.2f} [{e.low:+.2f}, {e.high:+.2f}]" + (" *resolved*" if resolved else "")
+
+
+def table_head(first: str, columns: Sequence[str]) -> List[str]:
+    """The two header lines of a markdown table: ``| first | seeds | <columns> |`` and its rule."""
+    return [f"| {first} | seeds | " + " | ".join(columns) + " |", "|---" * (len(columns) + 2) + "|"]
