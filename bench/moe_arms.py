@@ -60,7 +60,7 @@ def routing_fields(run_dir: Path) -> Dict[str, float]:
     n_eff_route / n_eff_path: mass-weighted N_eff averaged over the adapted layers. dL_hi_lo: over the routes of
     all layers pooled (route-wise), the mean ΔL_old (nats per image) of the highest-N_eff mass-quantile bin minus
     that of the lowest — positive when routes that mix more compositions forget more (the paper's Fig. 5)."""
-    from norga.continual.route_report import route_report
+    from norga.engine.route_report import route_report
 
     report = route_report(run_dir)
     layers = report["layers"].values()

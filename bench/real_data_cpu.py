@@ -142,7 +142,7 @@ def row_of(arm: str, seed: int, metrics: dict, minutes: float) -> dict:
 
 
 def run_one(regime: Regime, arm: str, seed: int, args) -> dict:
-    from norga.continual import run_training
+    from norga.engine import run_training
 
     overrides = regime.overrides(arm, args.quick) + [f"seed={seed}", f"data.root={args.data_root}",
                                                     f"model.checkpoint={args.shared / WEIGHTS_FILE}"]

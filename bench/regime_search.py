@@ -64,7 +64,7 @@ def domain_npz(mixed: Path, domain: str, out: Path) -> Path:
 
 
 def run_point(domain: str, transforms: str, epochs: int, args) -> dict:
-    from norga.continual import run_training
+    from norga.engine import run_training
 
     root = domain_npz(args.mixed, domain, args.data_dir / f"search_{domain}.npz")
     overrides = [f"data.root={root}", "data.num_tasks=1", "data.classes_per_task=10", f"seed={SEED}",

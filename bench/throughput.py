@@ -46,7 +46,7 @@ sys.path.insert(0, str(REPO / "bench"))
 from attention import peak_bytes  # noqa: E402 - bench/attention.py's profiler replay
 
 from norga.config import load_config  # noqa: E402
-from norga.continual.devices import resolve_device  # noqa: E402
+from norga.toolkit.devices import resolve_device  # noqa: E402
 from norga.models import PromptedViT, PromptPool  # noqa: E402
 from norga.models.gates import resolve_gate_spec  # noqa: E402
 from norga.models.compilation import compile_mode  # noqa: E402
@@ -76,7 +76,7 @@ def prefix_settings(cfg) -> dict:
 
 def build_model(cfg, device: torch.device):
     """(PromptedViT with the config's gate on the prefix blocks, per-task prompt pool, image size)."""
-    from norga.continual.runner import build_vit
+    from norga.engine.task_loop import build_vit
 
     vit = build_vit(cfg)
     prefix = prefix_settings(cfg)
@@ -126,8 +126,8 @@ def measure(model, pool, size: int, batch: int, steps: int, device: torch.device
 
 def stage_seconds(cfg) -> Dict[str, float]:
     """Wall-clock seconds per stage of task 0 of ``cfg``'s method, from its epoch log."""
-    from norga.continual.epochlog import epoch_log
-    from norga.continual.runner import build_data, build_vit, resolve_config, task_loaders
+    from norga.toolkit.epochlog import epoch_log
+    from norga.engine.task_loop import build_data, build_vit, resolve_config, task_loaders
     from norga.methods import build_method
 
     cfg = resolve_config(cfg)

@@ -24,7 +24,7 @@ from typing import Callable, List, Optional, Sequence
 
 from . import __version__
 from .config import ConfigError, load_config
-from .errors import NorgaError
+from .errors import NorgaError, one_line
 
 INTERRUPTED = 130  # the shell's status for a process stopped by SIGINT
 _DISK = {errno.ENOSPC: "free some space", getattr(errno, "EDQUOT", errno.ENOSPC): "free some space",
@@ -32,15 +32,6 @@ _DISK = {errno.ENOSPC: "free some space", getattr(errno, "EDQUOT", errno.ENOSPC)
 
 
 # ---- one-line errors --------------------------------------------------------
-def one_line(text: str) -> str:
-    """A message on one line; an exception re-raised by a DataLoader worker keeps only its original message."""
-    lines = [line.strip() for line in str(text).strip().splitlines() if line.strip()]
-    if lines and lines[0].startswith("Caught ") and "Original Traceback" in str(text):
-        last = lines[-1]
-        return last.split(": ", 1)[1] if ": " in last else last
-    return " ".join(" ".join(lines).split())
-
-
 def user_error(err: BaseException) -> Optional[str]:
     """The one-line message for an error the user can fix, or None for a bug (which keeps its traceback)."""
     if isinstance(err, (NorgaError, ConfigError)):
@@ -108,7 +99,7 @@ def run_train(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, args.overrides)  # before torch is imported
     out = Path(args.output_dir or Path("runs") / Path(args.config).stem)
     _precheck(cfg, out)
-    from .continual.runner import dry_run, run_training  # torch, timm
+    from .engine.task_loop import dry_run, run_training  # torch, timm
 
     if args.dry_run:
         report = dry_run(cfg)
@@ -125,7 +116,7 @@ def run_train(args: argparse.Namespace) -> int:
 
 
 def _main_process() -> bool:
-    from .continual.distributed import is_main
+    from .toolkit.distributed import is_main
 
     return is_main()
 
@@ -134,7 +125,7 @@ def _resume_hint(args: argparse.Namespace) -> str:
     out = Path(args.output_dir or Path("runs") / Path(args.config).stem)
     if args.dry_run or not out.is_dir():
         return "nothing was saved"
-    from .continual.rundir import RunDir
+    from .engine.run_folder import RunDir
 
     try:
         done = RunDir(out).scan().done
@@ -164,8 +155,8 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
 def run_eval(args: argparse.Namespace) -> int:
     import json
 
-    from .continual import evaluate_run
-    from .continual.rundir import atomic_write_bytes
+    from .engine import evaluate_run
+    from .files import atomic_write_bytes
 
     metrics = evaluate_run(args.run)
     if not _main_process():  # torchrun: rank 0 writes and prints
@@ -187,7 +178,7 @@ def eval_main(argv: Optional[Sequence[str]] = None) -> int:
 
 # ---- routes ----------------------------------------------------------------------
 def run_routes(args: argparse.Namespace) -> int:
-    from .continual.route_report import route_report
+    from .engine.route_report import route_report
 
     report = route_report(args.run, bins=args.bins)
     for block, layer in sorted(report["layers"].items(), key=lambda kv: int(kv[0])):

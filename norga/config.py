@@ -14,6 +14,7 @@ See README "Config reference" for every field.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import re
 import typing
 from dataclasses import dataclass, field
@@ -78,7 +79,7 @@ class MethodConfig:
     """Base of every method's config section (``method:``); ``name`` selects the registered method.
 
     A method's section is a dataclass subclass registered with
-    :func:`norga.methods.method_config` in a torch-free module, so configs are
+    :func:`method_config` in a torch-free module, so configs are
     checked before torch is imported. ``report(cfg)`` is printed by ``--dry-run``.
     """
 
@@ -143,14 +144,41 @@ MOVED_KEYS = {
 }
 
 
-def method_config_class(name: str) -> type:
-    """The config dataclass registered for method ``name`` (imports the torch-free config modules)."""
-    from .methods import METHOD_CONFIGS  # late: norga.methods imports this module
+# The registry of method config sections. It lives here, below the methods, so that reading a config never
+# imports a method; the torch-free ``norga/methods/*_config.py`` modules register into it with
+# :func:`method_config` when the package ``norga.methods`` is imported, which happens by name (plugin
+# discovery) the first time a method section is needed.
+METHOD_CONFIGS: Dict[str, type] = {}  # name -> config dataclass
+METHOD_MODULES: Dict[str, str] = {}  # name -> module that registers the implementation
+METHODS_PACKAGE = "norga.methods"
 
-    if not isinstance(name, str) or name not in METHOD_CONFIGS:
-        raise ConfigError(f"method.name: unknown method {name!r}; choose one of {sorted(METHOD_CONFIGS)} "
+
+def method_config(name: str, module: str):
+    """Class decorator: register a method's config dataclass and the module of its implementation."""
+
+    def wrap(cls: type) -> type:
+        if name in METHOD_CONFIGS:
+            raise ValueError(f"method config {name!r} is already registered")
+        METHOD_CONFIGS[name] = cls
+        METHOD_MODULES[name] = module
+        return cls
+
+    return wrap
+
+
+def method_configs() -> Dict[str, type]:
+    """Every registered method config section, by name (imports the torch-free ``*_config`` modules once)."""
+    importlib.import_module(METHODS_PACKAGE)
+    return METHOD_CONFIGS
+
+
+def method_config_class(name: str) -> type:
+    """The config dataclass registered for method ``name``."""
+    known = method_configs()
+    if not isinstance(name, str) or name not in known:
+        raise ConfigError(f"method.name: unknown method {name!r}; choose one of {sorted(known)} "
                           "('norga list' describes them)")
-    return METHOD_CONFIGS[name]
+    return known[name]
 
 
 def load_config(path: Optional[Union[str, Path]] = None, overrides: Optional[List[str]] = None) -> Config:

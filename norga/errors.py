@@ -44,3 +44,12 @@ class NonFiniteLoss(NorgaError, FloatingPointError):
         key = self.lr_key or "the method's learning rates (method.*.lr)"
         return (f"training diverged: the loss became {self.value} ({where or 'unknown stage'}); lower {key} "
                 "(completed tasks are kept; continuing them with a changed config needs --force)")
+
+
+def one_line(text: str) -> str:
+    """A message on one line; an exception re-raised by a DataLoader worker keeps only its original message."""
+    lines = [line.strip() for line in str(text).strip().splitlines() if line.strip()]
+    if lines and lines[0].startswith("Caught ") and "Original Traceback" in str(text):
+        last = lines[-1]
+        return last.split(": ", 1)[1] if ": " in last else last
+    return " ".join(" ".join(lines).split())

@@ -35,6 +35,9 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from .files import atomic_write_bytes
+from .toolkit.epochlog import read_epoch_log
+
 PLOT_DIR = "plots"
 
 
@@ -46,8 +49,6 @@ def _figure(width: float, height: float) -> Figure:
 
 def save_png(fig: Figure, path: Path) -> Path:
     """Render ``fig`` to PNG bytes and write them atomically to ``path``."""
-    from .continual.rundir import atomic_write_bytes  # here: norga.continual imports this module
-
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png")
     atomic_write_bytes(Path(path), buffer.getvalue())
@@ -211,7 +212,6 @@ def write_run_plots(run_dir: Path, metrics: Optional[dict] = None,
     run_dir = Path(run_dir)
     written = []
     try:
-        from .continual.epochlog import read_epoch_log  # here: norga.continual imports this module
 
         if metrics is None:
             metrics = json.loads((run_dir / "metrics.json").read_text())

@@ -291,7 +291,7 @@ def build(args) -> Tuple[List[Group], Optional[tuple], Dict[str, list]]:
 
 
 def write_outputs(out: Path, groups: Sequence[Group], pair, text: str) -> List[Path]:
-    from .continual.rundir import atomic_write_bytes
+    from .files import atomic_write_bytes
     from .plots import comparison_figure
 
     out.mkdir(parents=True, exist_ok=True)

@@ -28,7 +28,7 @@ def shared_dir() -> Path:
 
 def build_run_parts(cfg, device: str = "cpu"):
     """(resolved cfg, benchmark, method) of a config, as the runner builds them (nothing trained)."""
-    from norga.continual.runner import build_data, build_vit, resolve_config
+    from norga.engine.task_loop import build_data, build_vit, resolve_config
     from norga.methods import build_method
 
     cfg = resolve_config(cfg)
@@ -39,7 +39,7 @@ def build_run_parts(cfg, device: str = "cpu"):
 
 def loaders_of(cfg, bench, method, task: int):
     """The runner's loaders of ``task`` for ``method``."""
-    from norga.continual.runner import task_loaders
+    from norga.engine.task_loop import task_loaders
 
     return task_loaders(cfg, bench, task, method.train_batch_size)
 
@@ -47,7 +47,7 @@ def loaders_of(cfg, bench, method, task: int):
 def load_run_method(run_dir):
     """(cfg, bench, method) of a finished run with every task's checkpoint loaded (last one wins)."""
     from norga.config import load_config
-    from norga.continual.rundir import RunDir
+    from norga.engine.run_folder import RunDir
 
     cfg, bench, method = build_run_parts(load_config(Path(run_dir) / "config.yaml"))
     run = RunDir(run_dir)
@@ -85,7 +85,7 @@ def assert_predictions_per_sample(cfg, run_dir, task: int, indices=(0, 5, -1)):
 
 def assert_reevaluation_identical(run_dir, metrics: dict, keys=("acc_matrix", "til_acc_matrix")) -> None:
     """``eval.py``'s recomputation from the checkpoints equals the training run's metrics."""
-    from norga.continual import evaluate_run
+    from norga.engine import evaluate_run
 
     again = evaluate_run(run_dir)
     for key in keys:

@@ -64,7 +64,7 @@ def assert_kill_then_resume_matches(args_of, spec: str, tmp: Path) -> None:
     import json
 
     from norga.cli import main as norga
-    from norga.continual.rundir import RunDir
+    from norga.engine.run_folder import RunDir
 
     reference, out = tmp / "ref", tmp / "run"
     assert norga(["train", *args_of(reference)]) == 0
@@ -152,10 +152,11 @@ def _kill_in_bar(label: str, occurrence: int) -> None:
 
 
 def _kill_in_write(name: str, when: str) -> None:
-    from norga.continual import rundir
+    from norga import files
+    from norga.engine import run_folder
 
     if when == "partial":
-        write = rundir._write
+        write = files._write
 
         def partial(f, data, path):
             if Path(path).name == name:
@@ -165,16 +166,16 @@ def _kill_in_write(name: str, when: str) -> None:
                 _die()
             write(f, data, path)
 
-        rundir._write = partial
+        files._write = partial
     else:
-        atomic = rundir.atomic_write_bytes
+        atomic = run_folder.atomic_write_bytes
 
         def after(path, data):
             atomic(path, data)
             if Path(path).name == name:
                 _die()
 
-        rundir.atomic_write_bytes = after
+        run_folder.atomic_write_bytes = after
 
 
 def main(argv: List[str]) -> int:

@@ -221,7 +221,7 @@ def test_moe_tables_by_hand():
 def test_routing_fields_from_a_route_report(monkeypatch, tmp_path):
     """Layer means of N_eff and the high-minus-low ΔL_old of the pooled route-wise bins, by hand."""
     from bench import moe_arms
-    from norga.continual import route_report
+    from norga.engine import route_report
 
     def bins(*losses):
         return [{"mass": 1 / len(losses), "delta_loss": v} for v in losses]

@@ -13,8 +13,8 @@ from conftest import (assert_predictions_per_sample, assert_reevaluation_identic
                       checkpoint_method_state, load_run_method)
 from faults import assert_kill_then_resume_matches, tiny_method_args
 from norga.config import ConfigError, load_config
-from norga.continual import run_training
-from norga.continual.schedules import lr_factor
+from norga.engine import run_training
+from norga.toolkit.schedules import lr_factor
 from norga.methods.coda import POOLS, component_weights, ortho_penalty, orthonormal_rows
 from test_methods import SMOKE
 

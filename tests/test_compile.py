@@ -23,7 +23,7 @@ def test_compile_config_values_and_errors():
 
 def test_a_run_with_compile_sends_every_backbone_forward_through_torch_compile(tmp_path, monkeypatch):
     """torch.compile replaced by a counting pass-through: the wiring is checked without the compile time."""
-    from norga.continual.runner import run_training
+    from norga.engine.task_loop import run_training
 
     calls, modes = {"n": 0}, []
 

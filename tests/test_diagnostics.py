@@ -6,10 +6,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import build_run_parts, load_run_method
+from conftest import load_run_method
 from norga.config import load_config
-from norga.continual import evaluate_run, run_training
-from norga.continual.stages import extract_features
+from norga.engine import evaluate_run, run_training
+from norga.toolkit.stages import extract_features
 from norga.methods.hideprompt_diagnostics import (mean_feature_change, random_prompt_like, relative_change,
                                                   til_accuracy)
 

@@ -14,7 +14,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from faults import SMOKE, TINY
-from norga.continual.distributed import (ContiguousShard, ShardedBatchSampler, average_gradients, gather_rows,
+from norga.toolkit.distributed import (ContiguousShard, ShardedBatchSampler, average_gradients, gather_rows,
                                          synchronise_parameters)
 from norga.errors import NorgaError
 
@@ -115,7 +115,7 @@ def _training_worker(rank, world, rendezvous, out, feats, labels):
 
 
 def _trained_head(feats, labels, batch_sampler=None) -> nn.Module:
-    from norga.continual.training import Stage, cross_entropy_term, run_stage
+    from norga.toolkit.training import Stage, cross_entropy_term, run_stage
 
     torch.manual_seed(0)
     head = nn.Linear(feats.shape[1], 3)
@@ -141,8 +141,8 @@ def test_a_split_batch_trains_as_the_whole_batch_in_one_process(tmp_path):
 def _features_worker(rank, world, rendezvous, out):
     from conftest import build_run_parts, loaders_of
     from norga.config import load_config
-    from norga.continual.evaluate import evaluate_task
-    from norga.continual.heads import class_mask
+    from norga.engine.evaluate import evaluate_task
+    from norga.toolkit.heads import class_mask
 
     _join(rank, world, rendezvous)
     try:
@@ -159,8 +159,8 @@ def _features_worker(rank, world, rendezvous, out):
 
 
 def _features_and_statistics(method, loaders) -> dict:
-    from norga.continual.gaussian import GaussianStore
-    from norga.continual.stages import extract_features
+    from norga.toolkit.gaussian import GaussianStore
+    from norga.toolkit.stages import extract_features
 
     result = {}
     for name, prompt in (("frozen", None), ("prompted", method.task_prompts[0])):
@@ -175,8 +175,8 @@ def _features_and_statistics(method, loaders) -> dict:
 def test_gathered_features_statistics_and_evaluation_equal_one_process(tmp_path):
     from conftest import build_run_parts, loaders_of
     from norga.config import load_config
-    from norga.continual.evaluate import evaluate_task
-    from norga.continual.heads import class_mask
+    from norga.engine.evaluate import evaluate_task
+    from norga.toolkit.heads import class_mask
 
     split = _run_in_processes(_features_worker, tmp_path)
     cfg, bench, method = build_run_parts(load_config(SMOKE, _overrides()))

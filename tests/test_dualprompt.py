@@ -10,7 +10,7 @@ from conftest import (assert_predictions_per_sample, assert_reevaluation_identic
                       checkpoint_method_state, load_run_method, loaders_of)
 from faults import assert_kill_then_resume_matches, tiny_method_args
 from norga.config import ConfigError, load_config
-from norga.continual import run_training
+from norga.engine import run_training
 from norga.methods.dualprompt import nearest_key
 from test_methods import SMOKE
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from norga.config import ConfigError, load_config
-from norga.continual.epochlog import (FILENAME, TensorBoardMissing, current_log, epoch_log, log_epoch,
+from norga.toolkit.epochlog import (FILENAME, TensorBoardMissing, current_log, epoch_log, log_epoch,
                                       progress_line, read_epoch_log)
 
 STAGES = ("tii", "wtp")

@@ -12,9 +12,9 @@ from torchvision import transforms as T
 from torchvision.transforms import InterpolationMode
 
 from norga.config import ConfigError, load_config
-from norga.continual.heads import TaskIdentityHead, init_linear_layers
-from norga.continual.schedules import epoch_scheduler, lr_factor
-from norga.continual.stages import contrastive_regulariser, official_contrastive_regulariser
+from norga.toolkit.heads import TaskIdentityHead, init_linear_layers
+from norga.toolkit.schedules import epoch_scheduler, lr_factor
+from norga.toolkit.stages import contrastive_regulariser, official_contrastive_regulariser
 from norga.data.benchmark import grouped_class_order, resolve_class_order
 from norga.data.transforms import CIFAR_MEAN, CIFAR_STD, build_transforms, task_recipes
 from norga.fidelity import ITEMS, KEPT_OURS, differing_items, fidelity_report

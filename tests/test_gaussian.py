@@ -4,9 +4,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from norga.continual.gaussian import GaussianStore
-from norga.continual.stages import contrastive_regulariser
-from norga.continual.training import masked_cross_entropy
+from norga.toolkit.gaussian import GaussianStore
+from norga.toolkit.stages import contrastive_regulariser
+from norga.toolkit.training import masked_cross_entropy
 
 
 def class_features(seed: int, n: int = 4000, D: int = 4):

@@ -12,10 +12,10 @@ import torch
 
 from conftest import build_run_parts, loaders_of
 from norga.config import ConfigError, MethodConfig, load_config
-from norga.continual import evaluate_run, run_training
-from norga.continual.heads import class_mask
-from norga.continual.stages import extract_features
-from norga.continual.training import Stage, run_stage
+from norga.engine import evaluate_run, run_training
+from norga.toolkit.heads import class_mask
+from norga.toolkit.stages import extract_features
+from norga.toolkit.training import Stage, run_stage
 from norga.errors import NonFiniteLoss, RunError
 from norga.methods import METHOD_CONFIGS, METHODS, method_class, register_method
 from norga.methods.base import Method
@@ -108,8 +108,8 @@ def test_the_shared_loop_sums_pluggable_terms_and_names_the_lr_key_on_divergence
         run_stage(Stage("demo", 0, 1, optimizer), lambda e: [], lambda b: {}, {})
 
 
-GENERIC = ["norga/continual/runner.py", "norga/continual/evaluate.py", "norga/continual/runstate.py",
-           "norga/continual/rundir.py", "norga/metrics.py", "norga/continual/training.py"]
+GENERIC = ["norga/engine/task_loop.py", "norga/engine/evaluate.py", "norga/engine/lifecycle.py",
+           "norga/engine/run_folder.py", "norga/metrics.py", "norga/toolkit/training.py"]
 METHOD_TOKENS = {"gate", "gates", "wtp", "tap", "hideprompt", "pool", "alpha", "tau"}  # whole words
 METHOD_PARTS = ("tii_head", "task_prompt", "prompt_length", "hide-prompt", "norga_gate")
 

@@ -5,13 +5,12 @@ import math
 
 import pytest
 import torch
-from torch import nn
 
 from conftest import (assert_predictions_per_sample, assert_reevaluation_identical, load_run_method, tiny_vit)
 from faults import assert_kill_then_resume_matches, tiny_method_args
 from norga.config import ConfigError, load_config
-from norga.continual import run_training
-from norga.continual.routing import (composition_table, effective_compositions, mass_quantile_bins,
+from norga.engine import run_training
+from norga.toolkit.routing import (composition_table, effective_compositions, mass_quantile_bins,
                                      mass_weighted_n_eff, position_buckets, route_rows, route_statistics)
 from norga.models.moe_adapters import HeadwiseLoRAMoE, attach_adapters, lora_moe, top_k_routing
 from test_methods import SMOKE

@@ -14,8 +14,8 @@ import torch
 
 from faults import assert_same_metrics
 from norga.config import load_config
-from norga.continual.evaluate import evaluate_task
-from norga.continual.rundir import RunDir
+from norga.engine.evaluate import evaluate_task
+from norga.engine.run_folder import RunDir
 from norga.data import DataError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -145,7 +145,7 @@ BENCH_CONFIGS = sorted(p for p in (REPO / "configs").rglob("*.yaml") if p.stem !
 
 @pytest.mark.parametrize("path", BENCH_CONFIGS, ids=[p.stem for p in BENCH_CONFIGS])
 def test_dry_run_reports_missing_data_clearly(path, tmp_path):
-    from norga.continual import dry_run
+    from norga.engine import dry_run
 
     cfg = load_config(path, [f"data.root={tmp_path / 'nothing_here'}"])
     with pytest.raises(DataError) as err:

@@ -102,7 +102,7 @@ def test_loss_series_counts_epochs_over_tasks():
 def tiny_run(tmp_path_factory):
     """A 2-task run on tiny synthetic data (1 epoch per stage), with one plot made to fail."""
     from norga.config import load_config
-    from norga.continual.runner import run_training
+    from norga.engine.task_loop import run_training
 
     overrides = ["data.num_tasks=2", "data.classes_per_task=5", "data.options.num_classes=10",
                  "data.options.train_per_class=8", "data.options.test_per_class=4", "method.tii.epochs=1", "method.tii.align_epochs=1", "method.wtp.epochs=1",
@@ -135,7 +135,7 @@ def test_run_writes_valid_pngs_and_survives_a_failing_plot(tiny_run):
 
 def test_run_epoch_log_has_one_line_per_epoch_per_stage(tiny_run):
     """Documented keys; every stage ran 1 epoch here, so one line per (stage, task); WTP's loss terms."""
-    from norga.continual.epochlog import read_epoch_log
+    from norga.toolkit.epochlog import read_epoch_log
 
     out, _ = tiny_run
     records = read_epoch_log(out)

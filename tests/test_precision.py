@@ -14,8 +14,8 @@ import torch.nn.functional as F
 
 from conftest import tiny_vit
 from norga.config import ConfigError, load_config
-from norga.continual.devices import auto_workers, loader_options, resolve_device
-from norga.continual.training import Stage, run_stage
+from norga.toolkit.devices import auto_workers, loader_options, resolve_device
+from norga.toolkit.training import Stage, run_stage
 from norga.models import PromptedViT, PromptPool
 from norga.models import prefix_attention
 from norga.models.precision import amp_mode, current_mode
@@ -94,7 +94,7 @@ def test_fp16_training_steps_go_through_a_loss_scaler(monkeypatch):
 
 
 def test_amp_bf16_run_trains_and_re_evaluates_identically(tmp_path):
-    from norga.continual import evaluate_run, run_training
+    from norga.engine import evaluate_run, run_training
 
     cfg = load_config(SMOKE, ["amp=bf16", "data.num_tasks=2", "data.classes_per_task=2",
                               "data.options={num_classes: 4, train_per_class: 8, test_per_class: 4}"])

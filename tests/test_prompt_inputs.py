@@ -221,7 +221,7 @@ def test_prepended_tokens_equal_timm_blocks_run_by_hand(name, overrides, token_b
 
 def test_prompted_block_is_timms_block_in_training_mode():
     """A prompted block re-runs timm's Block from its parts: layer scale, drop path and dropout included."""
-    from norga.models.vit_runner import prompted_block_forward
+    from norga.models.blockwise import prompted_block_forward
 
     vit = timm.create_model("vit_small_patch14_dinov2", pretrained=False, num_classes=0, img_size=28, depth=2,
                             embed_dim=64, num_heads=2, init_values=0.5, drop_path_rate=0.5, proj_drop_rate=0.2)

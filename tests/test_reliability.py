@@ -52,7 +52,7 @@ def copy_run(source: Path, dest: Path, tasks: int) -> Path:
 # ---- state lost or corrupted --------------------------------------------------------------
 def test_finished_run_answers_at_once_and_rebuilds_lost_metrics(reference, tmp_path, capsys, monkeypatch):
     run = copy_run(reference, tmp_path / "run", 3)
-    import norga.continual.runner as runner
+    import norga.engine.task_loop as runner
 
     monkeypatch.setattr(runner, "build_vit", lambda cfg: pytest.fail("a finished run rebuilt the model"))
     status, out, _ = cli(capsys, "train", *train_args(run))
@@ -121,7 +121,7 @@ def test_truncated_checkpoint_is_named_and_training_redoes_that_task(reference, 
 def test_checkpoints_never_execute_code_on_load(reference, tmp_path, capsys):
     """A checkpoint with a pickled callable (whose checksum matches) is refused, not run."""
     import torch
-    from norga.continual.rundir import RunDir
+    from norga.engine.run_folder import RunDir
 
     run = copy_run(reference, tmp_path / "run", 1)
     state = RunDir(run).load_checkpoint(0)
@@ -210,21 +210,22 @@ def test_divergence_in_a_later_task_keeps_earlier_results_without_nan(tmp_path, 
 
 
 def test_disk_full_while_checkpointing_keeps_earlier_files(reference, tmp_path, capsys, monkeypatch):
-    from norga.continual import rundir
+    from norga import files
+    from norga.engine.run_folder import RunDir
 
-    write = rundir._write
+    write = files._write
 
     def full(f, data, path):
         if Path(path).name == "task_01.pt":
             raise OSError(errno.ENOSPC, "No space left on device")
         write(f, data, path)
 
-    monkeypatch.setattr(rundir, "_write", full)
+    monkeypatch.setattr(files, "_write", full)
     out = copy_run(reference, tmp_path / "run", 1)
     status, _, err = cli(capsys, "train", *train_args(out))
     assert_one_line_error(status, err, f"cannot write {out / 'checkpoints' / 'task_01.pt'}: No space left",
                           "free some space", "re-run the same command")
-    assert rundir.RunDir(out).scan().done == 1 and metrics_of(out)["completed_tasks"] == 1
+    assert RunDir(out).scan().done == 1 and metrics_of(out)["completed_tasks"] == 1
     assert not list(out.rglob("*.tmp")) and not (out / "checkpoints" / "task_01.pt").exists()
     monkeypatch.undo()
     status, _, err = cli(capsys, "train", *train_args(out))
@@ -275,7 +276,7 @@ def close_run_logs(run: Path) -> None:
 
 
 def rundir_done(run: Path) -> int:
-    from norga.continual.rundir import RunDir
+    from norga.engine.run_folder import RunDir
 
     return RunDir(run).scan().done
 

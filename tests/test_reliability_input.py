@@ -101,7 +101,7 @@ def test_bad_input_is_one_line_and_leaves_nothing(case, dry_run, tmp_path, capsy
 
 def test_data_path_mistake_when_the_run_folder_holds_results(tmp_path, capsys):
     """Bad input on resume: one line, and the completed tasks' files are untouched."""
-    from norga.continual.rundir import RunDir, sha256_hex
+    from norga.engine.run_folder import RunDir, sha256_hex
 
     run = RunDir(tmp_path / "run")
     run.write_config({"seed": 0})

@@ -14,7 +14,7 @@ import pytest
 
 from faults import assert_same_metrics, train_args, train_with_fault
 from norga.cli import main as norga
-from norga.continual.rundir import RunDir
+from norga.engine.run_folder import RunDir
 
 pytestmark = pytest.mark.slow
 

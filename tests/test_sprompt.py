@@ -10,8 +10,8 @@ from conftest import (assert_predictions_per_sample, assert_reevaluation_identic
                       checkpoint_method_state, load_run_method, loaders_of)
 from faults import assert_kill_then_resume_matches, tiny_method_args
 from norga.config import ConfigError, load_config
-from norga.continual import run_training
-from norga.continual.stages import extract_features
+from norga.engine import run_training
+from norga.toolkit.stages import extract_features
 from norga.methods.base import TestBatch as Batch
 from norga.methods.sprompt import nearest_centroid_task
 from test_methods import SMOKE

@@ -1,4 +1,4 @@
-"""Tests for the linear-vs-NoRGa estimation-rate simulation (norga.theory.gating_rates*)."""
+"""Tests for the linear-vs-NoRGa estimation-rate simulation (norga.theory.gating_rates.experiments*)."""
 from __future__ import annotations
 
 import json
@@ -9,19 +9,19 @@ import pytest
 import torch
 
 from norga.models.gates import LinearGate, NoRGaGate
-from norga.theory.gating_rates import GATE_NAMES, METRICS, PARTS, Config, Suite, main, run, simulate_one_n
-from norga.theory.gating_rates_fit import (default_box, fit_lm, init_atoms, split_moves, to_free,
+from norga.theory.gating_rates.experiments import GATE_NAMES, METRICS, PARTS, Config, Suite, main, run, simulate_one_n
+from norga.theory.gating_rates.fit import (default_box, fit_lm, init_atoms, split_moves, to_free,
                                            to_theta)
-from norga.theory.gating_rates_loss import (bootstrap_slope, loglog_slope, loss_eq17, loss_eq23,
+from norga.theory.gating_rates.loss import (bootstrap_slope, loglog_slope, loss_eq17, loss_eq23,
                                             parameter_errors, voronoi_cells)
-from norga.theory.gating_rates_identifiability import (def42_functions, independence_ratio,
+from norga.theory.gating_rates.identifiability import (def42_functions, independence_ratio,
                                                        merge_coincident, pde_residual)
-from norga.theory.gating_rates_model import (default_truth, embed_truth, make_gate, pretrained_sums,
+from norga.theory.gating_rates.model import (default_truth, embed_truth, make_gate, pretrained_sums,
                                              regression_fn, regression_jacobian, sample_inputs,
                                              single_atom_truth)
-from norga.theory.gating_rates_omega import eq17_single_cell, measure_on_sphere, omega_ratio
-from norga.theory.gating_rates_paths import Grid, path_distances
-from norga.theory.gating_rates_twopoint import TwoPointConfig, closed_form, monte_carlo
+from norga.theory.gating_rates.omega import eq17_single_cell, measure_on_sphere, omega_ratio
+from norga.theory.gating_rates.paths import Grid, path_distances
+from norga.theory.gating_rates.twopoint import TwoPointConfig, closed_form, monte_carlo
 
 D = 2
 # true measure: two atoms, packed [beta1 (2), a (2), b]

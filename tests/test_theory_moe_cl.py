@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from norga.theory import moe_cl, moe_cl_sweep
-from norga.theory.moe_cl_core import GateState, exploration_rounds, gate_gradient, min_norm_update, softmax
-from norga.theory.moe_cl_synth import SynthConfig, make_data, routing_noise, run_synthetic, within_cluster_gaps
+from norga.theory.moe_cl import figures as moe_cl, sweep as moe_cl_sweep
+from norga.theory.moe_cl.core import GateState, exploration_rounds, gate_gradient, min_norm_update, softmax
+from norga.theory.moe_cl.synth import SynthConfig, make_data, routing_noise, run_synthetic, within_cluster_gaps
 
 MNIST = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "mnist.npz"
 

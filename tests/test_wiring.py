@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 import torch
 
-import norga.continual.training as training_module
+import norga.toolkit.training as training_module
 import norga.methods.hideprompt as hideprompt_module
 from conftest import build_run_parts, loaders_of
 from norga.config import load_config
-from norga.continual.evaluate import evaluate_task
-from norga.continual.heads import class_mask, masked_logits
-from norga.continual.stages import REGULARISERS, extract_features
+from norga.engine.evaluate import evaluate_task
+from norga.toolkit.heads import class_mask, masked_logits
+from norga.toolkit.stages import REGULARISERS, extract_features
 
 REPO = Path(__file__).resolve().parents[1]
 SMOKE = REPO / "configs" / "smoke.yaml"

@@ -4,7 +4,7 @@ A method is two things, both registered under the same name:
 
 * its **config section** — a dataclass subclass of :class:`norga.config.MethodConfig`
   in a torch-free module ``norga/methods/<something>_config.py`` decorated with
-  :func:`method_config` (every ``*_config`` module here is imported when a
+  :func:`norga.config.method_config` (every ``*_config`` module here is imported when a
   config is read, so configs are validated before torch loads);
 * its **implementation** — a :class:`norga.methods.base.Method` subclass
   decorated with :func:`register_method`, in the module the config names
@@ -19,27 +19,13 @@ import importlib
 import pkgutil
 from typing import Dict
 
+from ..config import METHOD_CONFIGS, METHOD_MODULES, method_config  # noqa: F401 - the section registry
 from ..registry import registrar
 
-METHOD_CONFIGS: Dict[str, type] = {}  # name -> config dataclass
-METHOD_MODULES: Dict[str, str] = {}  # name -> module that registers the implementation
 METHODS: Dict[str, type] = {}  # name -> Method subclass (filled as implementation modules are imported)
 
-
-_register_config = registrar(METHOD_CONFIGS, "method config")
 # Class decorator: register a :class:`~norga.methods.base.Method` subclass under ``name`` (sets ``cls.name``).
 register_method = registrar(METHODS, "method", set_name=True)
-
-
-def method_config(name: str, module: str):
-    """Class decorator: register a method's config dataclass and the module of its implementation."""
-
-    def wrap(cls: type) -> type:
-        _register_config(name)(cls)
-        METHOD_MODULES[name] = module
-        return cls
-
-    return wrap
 
 
 def method_class(name: str) -> type:

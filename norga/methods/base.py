@@ -131,8 +131,8 @@ class Method(ABC):
     @torch.no_grad()
     def frozen_query(self, batch: "TestBatch", cache) -> Tensor:
         """The frozen backbone's features (B, D) of a test batch on the device: ``self.model`` without prompts,
-        each sample computed once per run through ``cache`` (a :class:`~norga.continual.feature_cache.FeatureCache`)."""
-        from ..continual.feature_cache import frozen_features
+        each sample computed once per run through ``cache`` (a :class:`~norga.toolkit.feature_cache.FeatureCache`)."""
+        from ..toolkit.feature_cache import frozen_features
 
         return frozen_features(self.model, batch.images, batch.index, cache, batch.task, batch.size).to(self.device)
 

@@ -24,11 +24,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..config import ConfigError
-from ..continual.feature_cache import FeatureCache
-from ..continual.heads import class_mask, init_linear_layers
-from ..continual.schedules import epoch_scheduler
-from ..continual.seeding import seed_everything, task_generator
-from ..continual.training import Stage, cross_entropy_term, run_stage
+from ..toolkit.feature_cache import FeatureCache
+from ..toolkit.heads import class_mask, init_linear_layers
+from ..toolkit.schedules import epoch_scheduler
+from ..toolkit.seeding import seed_everything, task_generator
+from ..toolkit.training import Stage, cross_entropy_term, run_stage
 from ..models.prompt_inputs import PromptInput
 from . import register_method
 from .base import Prediction, PrefixMethod, TaskLoaders, TestBatch, check_blocks

@@ -10,8 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
-from ..config import ConfigError, MethodConfig, _f
-from . import method_config
+from ..config import ConfigError, MethodConfig, _f, method_config
 from .gate_section import gate_section
 
 

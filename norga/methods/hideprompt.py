@@ -26,13 +26,13 @@ from typing import Any, Dict, List, Optional
 import torch
 from torch import Tensor
 
-from ..continual.feature_cache import FeatureCache, prompted_features
-from ..continual.gaussian import GaussianStore
-from ..continual.heads import TaskIdentityHead, class_mask, init_linear_layers, masked_logits
-from ..continual.schedules import epoch_scheduler
-from ..continual.seeding import seed_everything, task_generator
-from ..continual.stages import REGULARISERS, align_head, extract_features, fit_on_features
-from ..continual.training import Stage, cross_entropy_term, run_stage
+from ..toolkit.feature_cache import FeatureCache, prompted_features
+from ..toolkit.gaussian import GaussianStore
+from ..toolkit.heads import TaskIdentityHead, class_mask, init_linear_layers, masked_logits
+from ..toolkit.schedules import epoch_scheduler
+from ..toolkit.seeding import seed_everything, task_generator
+from ..toolkit.stages import REGULARISERS, align_head, extract_features, fit_on_features
+from ..toolkit.training import Stage, cross_entropy_term, run_stage
 from ..models import PromptPool
 from ..models.gates import resolve_gate_spec
 from . import hideprompt_diagnostics as diagnostics

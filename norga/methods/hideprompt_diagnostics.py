@@ -29,9 +29,9 @@ from typing import Dict, Optional
 import torch
 from torch import Tensor, nn
 
-from ..continual.heads import class_mask, init_linear_layers, masked_logits
-from ..continual.seeding import task_generator
-from ..continual.stages import extract_features, fit_on_features
+from ..toolkit.heads import class_mask, init_linear_layers, masked_logits
+from ..toolkit.seeding import task_generator
+from ..toolkit.stages import extract_features, fit_on_features
 
 PROBE_STAGE, RANDOM_PROMPT_STAGE = 5, 6  # generator ids of task_generator(seed, task, stage)
 

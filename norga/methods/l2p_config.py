@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..config import ConfigError, MethodConfig, _f
-from . import method_config
+from ..config import ConfigError, MethodConfig, _f, method_config
 
 
 @method_config("l2p", module="norga.methods.l2p")

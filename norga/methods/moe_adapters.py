@@ -29,12 +29,12 @@ from typing import Any, Dict
 import torch
 from torch import Tensor, nn
 
-from ..continual.gaussian import GaussianStore
-from ..continual.heads import class_mask, init_linear_layers
-from ..continual.schedules import epoch_scheduler
-from ..continual.seeding import seed_everything, task_generator
-from ..continual.stages import align_head, extract_features
-from ..continual.training import Stage, cross_entropy_term, run_stage
+from ..toolkit.gaussian import GaussianStore
+from ..toolkit.heads import class_mask, init_linear_layers
+from ..toolkit.schedules import epoch_scheduler
+from ..toolkit.seeding import seed_everything, task_generator
+from ..toolkit.stages import align_head, extract_features
+from ..toolkit.training import Stage, cross_entropy_term, run_stage
 from ..models.moe_adapters import HeadwiseLoRAMoE, attach_adapters
 from . import register_method
 from .base import Method, Prediction, TaskLoaders, TestBatch, check_blocks

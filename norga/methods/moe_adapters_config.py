@@ -13,8 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import List, Optional
 
-from ..config import MethodConfig, _f
-from . import method_config
+from ..config import MethodConfig, _f, method_config
 
 
 @dataclass

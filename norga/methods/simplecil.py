@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..continual.stages import extract_features
+from ..toolkit.stages import extract_features
 from . import register_method
 from .base import Method, Prediction, TaskLoaders, TestBatch
 

@@ -27,12 +27,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..continual.feature_cache import FeatureCache, prompted_features
-from ..continual.heads import class_mask, init_linear_layers, masked_logits
-from ..continual.schedules import epoch_scheduler
-from ..continual.seeding import seed_everything, task_generator
-from ..continual.stages import extract_features
-from ..continual.training import Stage, cross_entropy_term, run_stage
+from ..toolkit.feature_cache import FeatureCache, prompted_features
+from ..toolkit.heads import class_mask, init_linear_layers, masked_logits
+from ..toolkit.schedules import epoch_scheduler
+from ..toolkit.seeding import seed_everything, task_generator
+from ..toolkit.stages import extract_features
+from ..toolkit.training import Stage, cross_entropy_term, run_stage
 from ..config import ConfigError
 from ..models.prompt_inputs import PromptInput
 from . import register_method

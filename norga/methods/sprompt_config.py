@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..config import MethodConfig, _f
-from . import method_config
+from ..config import MethodConfig, _f, method_config
 
 
 @method_config("sprompt", module="norga.methods.sprompt")

@@ -16,7 +16,7 @@ from typing import Callable, Dict, Mapping, Optional, Tuple
 import torch
 from torch import Tensor, nn
 
-from . import vit_runner
+from . import blockwise
 from .mode_switch import ModeSwitch
 
 COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
@@ -27,8 +27,8 @@ _compiled: Dict[str, Callable] = {}
 def backbone_tokens(vit: nn.Module, x: Tensor, prefixes: Mapping[int, Tuple[Tensor, Tensor]],
                     tokens: Optional[Tensor], token_block: int) -> Tensor:
     """Images (B, 3, H, W) -> normed token features (B, N + L_p, D): embed, blocks with prefixes, norm."""
-    out = vit_runner.embed(vit, x)
-    out = vit_runner.run_blocks(vit, out, prefixes, tokens, token_block)
+    out = blockwise.embed(vit, x)
+    out = blockwise.run_blocks(vit, out, prefixes, tokens, token_block)
     return vit.norm(out)
 
 

@@ -14,7 +14,7 @@ timm's ``Mlp`` and calls it unchanged): ``out = mlp(h) + y(h)`` for every token 
 
 B is zero-initialised, so a fresh adapter leaves the backbone's output unchanged; A is
 drawn N(0, 1/in_dim). Each layer can record its last routing decision (``record``) for
-the route statistics of :mod:`norga.continual.routing`. Shapes: N tokens, D width, H heads
+the route statistics of :mod:`norga.toolkit.routing`. Shapes: N tokens, D width, H heads
 (slices), K experts per head, k selected, r rank.
 """
 from __future__ import annotations

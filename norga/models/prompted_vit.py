@@ -3,7 +3,7 @@
 ``PromptedViT(vit, prompt_layers=(0, 1, 2, 3, 4), gate="norga", activation="tanh")``
 replaces ``vit.blocks[i].attn`` by :class:`PrefixAttention` for the chosen
 blocks (reusing the original weights; state-dict keys unchanged) and runs
-timm's own modules block by block (:mod:`norga.models.vit_runner`), handing
+timm's own modules block by block (:mod:`norga.models.blockwise`), handing
 each prompted block its prefix as an argument — so gradient checkpointing
 (``vit.set_grad_checkpointing(True)``) works.
 
@@ -23,7 +23,7 @@ from typing import Dict, Iterator, List, Optional, Sequence, Union
 from torch import Tensor, nn
 
 from ..config import ConfigError
-from . import vit_runner
+from . import blockwise
 from .gates import Gate, build_gate
 from .compilation import backbone_function
 from .precision import backbone_autocast
@@ -58,7 +58,7 @@ class PromptedViT(nn.Module):
         blocks = getattr(vit, "blocks", None)
         if blocks is None or not hasattr(vit, "forward_features"):
             raise TypeError(f"expected a timm VisionTransformer, got {type(vit).__name__}")
-        vit_runner.check_runnable_vit(vit)
+        blockwise.check_runnable_vit(vit)
         depth = len(blocks)
         layers = tuple(int(i) for i in prompt_layers)
         bad = [i for i in layers if not 0 <= i < depth]
@@ -71,7 +71,7 @@ class PromptedViT(nn.Module):
         self.prompt_layers = layers
         self.gate_name = gate
         for i in layers:
-            vit_runner.check_prompted_block(blocks[i], i)
+            blockwise.check_prompted_block(blocks[i], i)
         for i in layers:
             prefix_gate = build_gate(gate, blocks[i].attn.num_heads, **gate_options)
             blocks[i].attn = PrefixAttention(blocks[i].attn, prefix_gate, path)
@@ -189,7 +189,7 @@ class PromptedViT(nn.Module):
     def pool(self, features: Tensor, prompts: Optional[PromptInput] = None) -> Tensor:
         """Token features (B, N + L_p, D) from :meth:`forward_features` -> (B, D)."""
         resolved = prompts if prompts is not None else PromptInput()
-        return vit_runner.pool(self.vit, features, resolved.num_tokens, resolved.pool)
+        return blockwise.pool(self.vit, features, resolved.num_tokens, resolved.pool)
 
     def _features(self, x: Tensor, prompts: PromptInput) -> Tensor:
         """timm's blocks under the run's backbone autocast (:mod:`norga.models.precision`), compiled when the run

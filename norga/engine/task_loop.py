@@ -25,17 +25,17 @@ from ..models.backbone import BACKBONE_PRESETS, backbone_data_config, build_back
 from ..models.compilation import compile_mode
 from ..models.precision import amp_mode
 from ..plots import write_run_plots
-from .devices import resolve_device
-from .distributed import distributed_session, is_main, world_size
-from .epochlog import epoch_log, progress_line
+from ..toolkit.devices import resolve_device
+from ..toolkit.distributed import distributed_session, is_main, world_size
+from ..toolkit.epochlog import epoch_log, progress_line
 from .evaluate import evaluate_task
-from .heads import class_mask
+from ..toolkit.heads import class_mask
 from .loaders import task_loaders, test_loader  # noqa: F401 - re-exported for callers
-from .rundir import RunDir
-from .seeding import seed_everything
-from .runstate import (attach_evaluation, chance_warning, check_finite, finished_metrics, saved_evaluation,
+from .run_folder import RunDir
+from ..toolkit.seeding import seed_everything
+from .lifecycle import (attach_evaluation, chance_warning, check_finite, finished_metrics, saved_evaluation,
                        task_context, write_results)
-from .shared_run import opened_run
+from .shared_folder import opened_run
 from .tracker import MetricsTracker
 
 

@@ -13,7 +13,7 @@ import torchvision
 from ..config import Config
 from ..methods.base import Method
 from ..metrics import empty_matrix, summarize
-from .rundir import code_version
+from .run_folder import code_version
 
 
 def checkpoint_id(path: Optional[str]) -> Optional[str]:

@@ -24,7 +24,7 @@ import torch
 
 from ..errors import NonFiniteLoss, NorgaError
 from .evaluate import TaskEvaluation
-from .rundir import RunDir, RunState
+from .run_folder import RunDir, RunState
 
 
 @contextlib.contextmanager

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from norga.theory.moe_cl_core import ErrorLedger, GateHyper, GateState
+from norga.theory.moe_cl.core import ErrorLedger, GateHyper, GateState
 
 DIGITS = (1, 4, 7)
 

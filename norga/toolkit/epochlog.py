@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 from ..config import ConfigError
-from .rundir import atomic_write_bytes
+from ..files import atomic_write_bytes
 
 FILENAME = "epochs.jsonl"
 _current: Optional["EpochLog"] = None

@@ -40,7 +40,7 @@ class EpochMeter:
     """Loss terms of one epoch of one stage: summed per step, reported as means with the lr.
 
     ``stage`` names the epoch-log lines (``tii``, ``tii_align``, ``wtp``, ``tap``, ``head``
-    for HiDe-Prompt; see :mod:`norga.continual.epochlog`); ``task`` and ``epoch`` 0-based.
+    for HiDe-Prompt; see :mod:`norga.toolkit.epochlog`); ``task`` and ``epoch`` 0-based.
     """
 
     def __init__(self, stage: str, task: int, epoch: int, lr_key: Optional[str] = None):

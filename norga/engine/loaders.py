@@ -1,7 +1,7 @@
 """The data loaders of one task: augmented training batches, un-augmented training images, the test set.
 
 In one process they are plain DataLoaders (training shuffled by a (seed, task)
-generator). Under torchrun (:mod:`norga.continual.distributed`) each process gets its
+generator). Under torchrun (:mod:`norga.toolkit.distributed`) each process gets its
 slice of every global training batch (``batch_size`` stays the global batch) and a
 contiguous part of the un-augmented and test sets (``eval_batch_size`` is per process);
 feature extraction and evaluation gather the parts.
@@ -14,9 +14,9 @@ from torch.utils.data import DataLoader
 
 from ..config import Config
 from ..methods.base import TaskLoaders
-from .devices import loader_options
-from .distributed import ContiguousShard, ShardedBatchSampler, rank, world_size
-from .seeding import task_generator
+from ..toolkit.devices import loader_options
+from ..toolkit.distributed import ContiguousShard, ShardedBatchSampler, rank, world_size
+from ..toolkit.seeding import task_generator
 
 
 def task_loaders(cfg: Config, bench, task: int, train_batch_size: int,

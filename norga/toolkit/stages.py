@@ -9,7 +9,7 @@
   form or the paper's ``eq56``.
 
 The loop itself (optimiser steps, clipping, epoch log, non-finite checks) is
-:func:`norga.continual.training.run_stage`.
+:func:`norga.toolkit.training.run_stage`.
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def extract_features(model: nn.Module, loader, device, prompts=None, desc: str =
     """Pre-logits features (N, D) on CPU and labels (N,); ``prompts`` (e.g. a (P, 2, L, H, Dh) prefix) is shared.
 
     Under torchrun the loader holds this process's contiguous part of the dataset
-    (:class:`~norga.continual.distributed.ContiguousShard`); the parts are gathered, so every
+    (:class:`~norga.toolkit.distributed.ContiguousShard`); the parts are gathered, so every
     process returns all N samples in dataset order, each once.
     """
     model.eval()

@@ -23,9 +23,9 @@ import numpy as np
 import torch
 from scipy.optimize import minimize
 
-from norga.theory.gating_rates_fit import default_box
-from norga.theory.gating_rates_model import TruthSpec
-from norga.theory.gating_rates_paths import Grid
+from norga.theory.gating_rates.fit import default_box
+from norga.theory.gating_rates.model import TruthSpec
+from norga.theory.gating_rates.paths import Grid
 
 
 def eq17_single_cell(theta: torch.Tensor, atom: torch.Tensor) -> torch.Tensor:

@@ -15,7 +15,7 @@ Each sample's prediction comes from the method and depends on that sample only
 composition).
 
 What a method may reuse across evaluations is its own business
-(:meth:`~norga.methods.base.Method.new_eval_cache`, e.g. :mod:`norga.continual.feature_cache`).
+(:meth:`~norga.methods.base.Method.new_eval_cache`, e.g. :mod:`norga.toolkit.feature_cache`).
 """
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ from typing import Any, Optional, Tuple
 import torch
 from torch import Tensor
 
-from .distributed import shard_of, sum_over_processes
-from .heads import masked_logits
+from ..toolkit.distributed import shard_of, sum_over_processes
+from ..toolkit.heads import masked_logits
 
 
 @dataclass

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import RunError
-from .rundir import file_mode, write_failure
+from ..files import file_mode, write_failure
 
 try:  # POSIX advisory locks
     import fcntl

@@ -25,16 +25,12 @@ can be rebuilt from them.
 from __future__ import annotations
 
 import csv
-import errno
 import functools
-import hashlib
 import io
 import json
 import logging
-import os
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import List, Optional
@@ -43,90 +39,8 @@ import torch
 import yaml
 
 from ..errors import RunError
-
-_FULL = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
-_READ_ONLY = {errno.EROFS, errno.EACCES, errno.EPERM}
-
-
-def _umask() -> int:
-    """The process umask (read without changing it where /proc allows)."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    old = os.umask(0o022)
-    os.umask(old)
-    return old
-
-
-def file_mode() -> int:
-    """Permissions of a newly created regular file: 0666 minus the umask."""
-    return 0o666 & ~_umask()
-
-
-def write_failure(path: Path, err: OSError) -> RunError:
-    """One-line error for a failed write (disk full, read-only or unwritable folder, ...)."""
-    reason = err.strerror or str(err)
-    if err.errno in _FULL:
-        fix = "free some space"
-    elif err.errno in _READ_ONLY:
-        fix = "make the folder writable or choose another --output-dir"
-    else:
-        fix = "check the folder"
-    return RunError(f"cannot write {path}: {reason}; {fix}, then re-run the same command "
-                    "(files of completed tasks are intact)")
-
-
-def _write(f, data: bytes, path: Path) -> None:
-    """Write all of ``data`` for ``path`` into the open temp file ``f`` (a seam for fault-injection tests)."""
-    f.write(data)
-
-
-def fsync_dir(folder: Path) -> None:
-    """Make a rename in ``folder`` durable (no-op where folders cannot be fsync'ed)."""
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Temp file in the same folder + fsync + rename + folder fsync: readers never see a partial file.
-
-    A failure (e.g. disk full) leaves the previous file untouched and raises :class:`RunError`.
-    """
-    path = Path(path)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    except OSError as err:
-        raise write_failure(path, err) from err
-    try:
-        with os.fdopen(fd, "wb") as f:
-            os.fchmod(f.fileno(), file_mode())
-            _write(f, data, path)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException as err:
-        Path(tmp).unlink(missing_ok=True)
-        if isinstance(err, OSError):
-            raise write_failure(path, err) from err
-        raise
-    fsync_dir(path.parent)
-
-
-def sha256_hex(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
+from ..files import atomic_write_bytes, sha256_hex, write_failure
+from .folder_lock import RunLock
 
 @functools.lru_cache(maxsize=1)
 def code_version() -> dict:
@@ -334,9 +248,7 @@ class RunDir:
         return not existed
 
     def lock(self):
-        """Exclusive lock on ``DIR/.lock`` (a context manager, see :mod:`norga.continual.runlock`)."""
-        from .runlock import RunLock
-
+        """Exclusive lock on ``DIR/.lock`` (a context manager, see :mod:`norga.engine.folder_lock`)."""
         return RunLock(self.root / ".lock")
 
     def logger(self) -> logging.Logger:

@@ -14,10 +14,10 @@ from typing import Callable, Iterator, Optional, Tuple
 
 import torch.distributed as dist
 
-from ..errors import RunError
-from .distributed import is_main, world_size
-from .rundir import RunDir, RunState
-from .runstate import open_run
+from ..errors import RunError, one_line
+from ..toolkit.distributed import is_main, world_size
+from .run_folder import RunDir, RunState
+from .lifecycle import open_run
 
 
 class FollowerRun:
@@ -78,7 +78,6 @@ def opened_run(run: RunDir, num_tasks: int,
             yield run, state, finished
     except Exception as err:
         if not told:
-            from ..cli import one_line  # late: the cli imports the runner lazily
 
             _from_rank0((None, None, one_line(str(err)) or type(err).__name__))
         raise

@@ -25,7 +25,7 @@ from typing import Dict, Optional
 
 import numpy as np
 
-from norga.theory.moe_cl_core import ErrorLedger, GateHyper, GateState, min_norm_update
+from norga.theory.moe_cl.core import ErrorLedger, GateHyper, GateState, min_norm_update
 
 
 @dataclass

@@ -4,8 +4,8 @@ For every old task i (all tasks but the last): the model of checkpoint i (right 
 learning task i) routes the tokens of task i's test images and gives each image its
 task-incremental loss (cross-entropy over task i's classes); the final checkpoint gives
 the loss again. A token's composition is (task, class, position bucket)
-(:func:`~norga.continual.routing.position_buckets`: class token, 2 x 2 patch regions).
-Per adapted layer, over all old tasks' tokens (definitions in :mod:`norga.continual.routing`):
+(:func:`~norga.toolkit.routing.position_buckets`: class token, 2 x 2 patch regions).
+Per adapted layer, over all old tasks' tokens (definitions in :mod:`norga.toolkit.routing`):
 
 * ``path_wise``: the route is the tuple of every head's selected experts (LoRAMoE: its set);
 * ``route_wise``: the route is one head's selected set (per head, then averaged; = path-wise for H = 1);
@@ -26,11 +26,12 @@ import torch.nn.functional as F
 
 from ..errors import RunError
 from ..methods import build_method
-from .devices import resolve_device
-from .heads import class_mask, masked_logits
+from ..toolkit.devices import resolve_device
+from ..toolkit.heads import class_mask, masked_logits
 from .loaders import test_loader
-from .rundir import RunDir, atomic_write_bytes
-from .routing import mass_quantile_bins, mass_weighted_n_eff, position_buckets, route_rows, route_statistics
+from ..files import atomic_write_bytes
+from .run_folder import RunDir
+from ..toolkit.routing import mass_quantile_bins, mass_weighted_n_eff, position_buckets, route_rows, route_statistics
 
 
 @torch.no_grad()
@@ -55,7 +56,7 @@ def routes_and_losses(method, loader, task: int) -> tuple:
 
 def route_report(run_dir: Path, bins: int = 4) -> dict:
     """Compute, write and plot the route statistics of a finished run (see the module docstring)."""
-    from .runner import build_data, build_vit, load_run_config, method_state
+    from .task_loop import build_data, build_vit, load_run_config, method_state
 
     run = RunDir(run_dir)
     cfg = load_run_config(run_dir)

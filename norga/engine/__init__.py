@@ -1,0 +1,8 @@
+"""The engine, above the methods: the task loop, the run folder and its lock, the run's lifecycle
+(resume, integrity, sanity checks), the metrics tracker, evaluation, data loaders and the route report.
+
+It drives any registered method through :class:`norga.methods.base.Method` and never names one.
+"""
+from .task_loop import dry_run, evaluate_run, run_training
+
+__all__ = ["dry_run", "evaluate_run", "run_training"]
