@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Dict, Hashable, List, Mapping, Sequence, Tuple
+from typing import Hashable, List, Mapping, Sequence, Tuple
 
 import numpy as np
 from scipy import stats
@@ -25,9 +25,6 @@ class Estimate:
     low: float  # lower end of the confidence interval of the mean; NaN if n < 2
     high: float
     confidence: float = 0.95
-
-    def as_dict(self) -> Dict[str, float]:
-        return {"n": self.n, "mean": self.mean, "std": self.std, "low": self.low, "high": self.high}
 
 
 def describe(values: Sequence[float], confidence: float = 0.95) -> Estimate:

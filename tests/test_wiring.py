@@ -106,7 +106,7 @@ def test_a_wtp_epoch_on_the_regulariser_alone_lowers_it(monkeypatch, form):
             feats = learner.model(x, (1 - m) * e_t + m * earlier)
             return float(regulariser(feats, prototypes, cfg.method.wtp.temperature))
 
-    assert value(learner._wtp_trained) < value(learner._wtp_init)
+    assert value(learner.wtp_end) < value(learner.wtp_start)
 
 
 class AlwaysClass(torch.nn.Module):

@@ -32,7 +32,7 @@ from .evaluate import evaluate_task
 from ..toolkit.heads import class_mask
 from .loaders import task_loaders, test_loader  # noqa: F401 - re-exported for callers
 from .run_folder import RunDir
-from ..toolkit.seeding import seed_everything
+from ..toolkit.seeding import seed_everything, task_seed
 from .lifecycle import (attach_evaluation, chance_warning, check_finite, finished_metrics, saved_evaluation,
                        task_context, write_results)
 from .shared_folder import opened_run
@@ -251,7 +251,9 @@ def _train_task(t: int, cfg: Config, bench, method: Method, tracker: "MetricsTra
     """Learn and evaluate task t; checkpoint (with its evaluation row), then metrics, then the log line."""
     start = time.time()
     with task_context(t):
-        method.learn_task(t, task_loaders(cfg, bench, t, method.train_batch_size, evaluator.loader(t)))
+        loaders = task_loaders(cfg, bench, t, method.train_batch_size, evaluator.loader(t))
+        seed_everything(task_seed(cfg.seed, t))  # every task starts from global RNG state (seed, task): resumable
+        method.learn_task(t, loaders)
     evaluation = evaluator.seen_tasks(t)
     seconds = time.time() - start
     state = {"task": t, "method_name": cfg.method.name, "method": method.state_dict(t)}

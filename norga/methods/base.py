@@ -4,16 +4,20 @@ The runner, the evaluation, the metrics and the run directory only talk to
 this interface; they never name a method, a gate or a head. A method
 
 * learns task t from its loaders (:meth:`Method.learn_task`);
-* predicts a test batch (:meth:`Method.predict`): class logits without the task
+* predicts a test batch (:meth:`Method.predict`, which calls the method's
+  :meth:`Method.predict_batch`): class logits without the task
   id, class logits with the true task id given, and, when it infers one, the
   task id per sample — each sample's prediction depends on that sample only;
 * says what of its evaluation work can be reused across evaluations
-  (:meth:`Method.new_eval_cache`; ``None`` = nothing);
+  (:meth:`Method.new_eval_cache`; a :class:`~norga.toolkit.feature_cache.FeatureCache` by default);
 * saves and restores the state after each task (:meth:`Method.state_dict`);
 * describes itself for ``metrics.json`` (:meth:`Method.describe`) and for
   ``--dry-run`` (:meth:`Method.summary`).
 
-Register an implementation with :func:`norga.methods.register_method`.
+The engine reseeds the global random generators from (seed, task) before every
+:meth:`Method.learn_task`, so a method needs no seeding of its own; stages that shuffle
+draw from :func:`norga.toolkit.seeding.task_generator`. Register an implementation with
+:func:`norga.methods.register_method`.
 """
 from __future__ import annotations
 
@@ -24,6 +28,12 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import torch
 from torch import Tensor, nn
+
+from ..config import ConfigError
+from ..models.gates import GateFactory, resolve_gate_spec
+from ..models.prompted_vit import PromptedViT
+from ..toolkit.feature_cache import FeatureCache, frozen_features
+from ..toolkit.heads import class_mask
 
 
 @dataclass
@@ -92,13 +102,42 @@ class Method(ABC):
     def learn_task(self, task: int, loaders: TaskLoaders) -> None:
         """Train on task ``task`` (0-based); tasks come in order 0, 1, ..."""
 
-    @abstractmethod
+    @torch.no_grad()
     def predict(self, batch: TestBatch, cache: Any = None) -> Prediction:
-        """Predictions for a test batch (no gradients); ``cache`` is this method's :meth:`new_eval_cache`."""
+        """Predictions for a test batch: no gradients, every module of the method in eval mode, ``cache`` this
+        method's :meth:`new_eval_cache` (a new one when None); the method's own part is :meth:`predict_batch`."""
+        cache = cache if cache is not None else self.new_eval_cache()
+        for module in self.modules():
+            module.eval()
+        return self.predict_batch(batch, cache)
+
+    @abstractmethod
+    def predict_batch(self, batch: TestBatch, cache: Any) -> Prediction:
+        """The method's predictions for a test batch (called by :meth:`predict`, under no_grad, modules in eval)."""
 
     def new_eval_cache(self) -> Any:
-        """An object :meth:`predict` may fill with work that stays valid for the whole run (None: no reuse)."""
-        return None
+        """An object :meth:`predict` may fill with work that stays valid for the whole run: by default a
+        :class:`~norga.toolkit.feature_cache.FeatureCache` (frozen features of a test sample never change)."""
+        return FeatureCache()
+
+    def modules(self) -> List[nn.Module]:
+        """The torch modules the method holds as attributes (switched to eval mode for prediction)."""
+        return [value for value in vars(self).values() if isinstance(value, nn.Module)]
+
+    # ---- what every method's training uses ----------------------------
+    def task_mask(self, task: int) -> Tensor:
+        """Bool (C,) on the device: the classes of task ``task`` (the cross-entropy of that task's training)."""
+        return class_mask(self.num_classes, self.task_classes[task], self.device)
+
+    def seen_mask(self, task: int) -> Tensor:
+        """Bool (C,) on the device: the classes of tasks 0..``task``."""
+        return class_mask(self.num_classes, self.seen_classes(task), self.device)
+
+    @staticmethod
+    def config_key(path: str) -> str:
+        """The full config key of an option of the method's section, e.g. ``"wtp.lr"`` -> ``"method.wtp.lr"``
+        (named by errors, e.g. a diverged stage's advice to lower its learning rate)."""
+        return f"method.{path}"
 
     @abstractmethod
     def state_dict(self, task: int) -> Dict[str, Any]:
@@ -122,8 +161,6 @@ class Method(ABC):
 
     def frozen_token_model(self, vit: nn.Module):
         """The frozen backbone as a PromptedViT without prefix blocks (prompt tokens only), on the device."""
-        from ..models import PromptedViT
-
         model = PromptedViT(vit, prompt_layers=())
         model.freeze_backbone()
         return model.to(self.device)
@@ -132,21 +169,7 @@ class Method(ABC):
     def frozen_query(self, batch: "TestBatch", cache) -> Tensor:
         """The frozen backbone's features (B, D) of a test batch on the device: ``self.model`` without prompts,
         each sample computed once per run through ``cache`` (a :class:`~norga.toolkit.feature_cache.FeatureCache`)."""
-        from ..toolkit.feature_cache import frozen_features
-
         return frozen_features(self.model, batch.images, batch.index, cache, batch.task, batch.size).to(self.device)
-
-    def gated_prefix_model(self, vit: nn.Module, prompt_layers, gate: Dict[str, Any]):
-        """The frozen backbone as a PromptedViT with prefix attention through the registered gate ``gate``
-        (``{name: ..., options...}``) on blocks ``prompt_layers``, on the device."""
-        from ..models import PromptedViT
-        from ..models.gates import resolve_gate_spec
-
-        spec = resolve_gate_spec(gate)
-        options = {k: v for k, v in spec.items() if k != "name"}
-        model = PromptedViT(vit, prompt_layers=prompt_layers, gate=spec["name"], **options)
-        model.freeze_backbone()
-        return model.to(self.device)
 
     def seen_classes(self, task: int) -> List[int]:
         return [c for t in range(task + 1) for c in self.task_classes[t]]
@@ -159,19 +182,27 @@ def scaled_lr(lr: float, batch_size: int, scale: bool) -> float:
 
 class PrefixMethod(Method):
     """A method whose prompts are prefixes through a registered gate: its config has ``gate: {name, options}``,
-    stored in ``config.yaml`` with every option's value (defaults filled in)."""
+    stored in ``config.yaml`` with every option's value (defaults filled in). The spec is resolved once into
+    :attr:`gate` (a :class:`~norga.models.gates.GateFactory`), which every prompted block receives."""
+
+    def __init__(self, vit: nn.Module, task_classes: Sequence[Sequence[int]], cfg, device: torch.device):
+        super().__init__(vit, task_classes, cfg, device)
+        self.gate = GateFactory(cfg.method.gate)
 
     @classmethod
     def resolve_config(cls, method_cfg):
-        from ..models.gates import resolve_gate_spec
-
         return dataclasses.replace(method_cfg, gate=resolve_gate_spec(method_cfg.gate))
+
+    def gated_prefix_model(self, vit: nn.Module, prompt_layers: Sequence[int]) -> PromptedViT:
+        """The frozen backbone as a PromptedViT with prefix attention through :attr:`gate` on blocks
+        ``prompt_layers``, on the device."""
+        model = PromptedViT(vit, prompt_layers=prompt_layers, gate=self.gate)
+        model.freeze_backbone()
+        return model.to(self.device)
 
 
 def check_blocks(vit: nn.Module, layers: Dict[str, Sequence[int]]) -> None:
     """Raise one ConfigError naming the config key whose block indices this backbone does not have."""
-    from ..config import ConfigError
-
     depth = len(vit.blocks)
     for key, blocks in layers.items():
         bad = [int(b) for b in blocks if not 0 <= int(b) < depth]

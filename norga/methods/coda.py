@@ -17,7 +17,7 @@ depends on that sample only.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -25,9 +25,9 @@ from torch import Tensor, nn
 
 from ..config import ConfigError
 from ..toolkit.feature_cache import FeatureCache
-from ..toolkit.heads import class_mask, init_linear_layers
+from ..toolkit.heads import init_linear_layers
 from ..toolkit.schedules import epoch_scheduler
-from ..toolkit.seeding import seed_everything, task_generator
+from ..toolkit.seeding import task_generator
 from ..toolkit.training import Stage, cross_entropy_term, run_stage
 from ..models.prompt_inputs import PromptInput
 from . import register_method
@@ -80,7 +80,7 @@ class CODAPrompt(PrefixMethod):
         self.c = c = cfg.method
         check_blocks(vit, {"method.prompt_layers": c.prompt_layers})
         self.layers = list(c.prompt_layers)
-        self.model = self.gated_prefix_model(vit, self.layers, c.gate)
+        self.model = self.gated_prefix_model(vit, self.layers)
         width, dim = self.model.spec.embed_dim, self.model.embed_dim
         self.per_task = c.pool_size // self.num_tasks
         self._check_pool(width, dim)
@@ -139,7 +139,6 @@ class CODAPrompt(PrefixMethod):
     # ---- learning -------------------------------------------------------
     def learn_task(self, task: int, loaders: TaskLoaders) -> None:
         c, model, device, n = self.c, self.model, self.device, self.per_task
-        seed_everything(self.cfg.seed * 1_000_003 + task)
         start, end = task * n, (task + 1) * n
         if c.init == "gram_schmidt":
             self._draw_orthonormal(start, end, task_generator(self.cfg.seed, task, INIT_STAGE))
@@ -160,12 +159,12 @@ class CODAPrompt(PrefixMethod):
                 out["ortho"] = c.ortho_mu * self.penalty(*pools)
             return out
 
-        terms = {"ce": cross_entropy_term(class_mask(self.num_classes, self.task_classes[task], device))}
+        terms = {"ce": cross_entropy_term(self.task_mask(task))}
         if c.ortho_mu > 0:
             terms["ortho"] = lambda out: out["ortho"]
         run_stage(Stage("coda", task, c.epochs, optimizer, epoch_scheduler(optimizer, c.schedule, c.epochs),
                         clip=c.grad_clip, clip_params=params, train_modules=[self.head], describe=model.gate_values,
-                        lr_key="method.lr"),
+                        lr_key=self.config_key("lr")),
                   batches=lambda epoch: loaders.train, forward=forward, terms=terms)
         self.head.eval()
         model.freeze_gates()
@@ -174,15 +173,8 @@ class CODAPrompt(PrefixMethod):
         self.learned = task + 1
 
     # ---- prediction -----------------------------------------------------
-    def new_eval_cache(self) -> FeatureCache:
-        """Frozen queries never change (the prompts of a sample do, as components are added)."""
-        return FeatureCache()
-
-    @torch.no_grad()
-    def predict(self, batch: TestBatch, cache: Optional[FeatureCache] = None) -> Prediction:
-        cache = cache if cache is not None else FeatureCache()
-        self.model.eval()
-        self.head.eval()
+    def predict_batch(self, batch: TestBatch, cache: FeatureCache) -> Prediction:
+        """Frozen queries come from the cache; prompts are recomputed (components are added every task)."""
         query = self.frozen_query(batch, cache)
         logits = self.head(self.model(batch.images, self.prompts(query, *self.in_use(max(self.learned, 1)))))
         return Prediction(logits, logits)

@@ -18,15 +18,15 @@ its prediction uses that task's E-prompt. With the true task given, the true tas
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any, Dict
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..toolkit.feature_cache import FeatureCache
-from ..toolkit.heads import class_mask, init_linear_layers
-from ..toolkit.seeding import seed_everything, task_generator
+from ..toolkit.heads import init_linear_layers
+from ..toolkit.seeding import task_generator
 from ..toolkit.training import Stage, cross_entropy_term, run_stage
 from ..models.prompt_inputs import PromptInput
 from . import register_method
@@ -56,7 +56,7 @@ class DualPrompt(PrefixMethod):
         self.g_layers = list(c.g_prompt_layers) if c.g_prompt_length > 0 else []
         self.e_layers = list(c.e_prompt_layers)
         check_blocks(vit, {"method.g_prompt_layers": self.g_layers, "method.e_prompt_layers": self.e_layers})
-        self.model = self.gated_prefix_model(vit, sorted(self.g_layers + self.e_layers), c.gate)
+        self.model = self.gated_prefix_model(vit, sorted(self.g_layers + self.e_layers))
         heads, head_dim, dim = self.model.num_heads, self.model.head_dim, self.model.embed_dim
         g = task_generator(cfg.seed, 0, INIT_STAGE)
         uniform = lambda *shape: (2 * torch.rand(*shape, generator=g) - 1).to(device)  # noqa: E731 - U(-1, 1)
@@ -79,7 +79,6 @@ class DualPrompt(PrefixMethod):
     # ---- learning -------------------------------------------------------
     def learn_task(self, task: int, loaders: TaskLoaders) -> None:
         c, model, device = self.c, self.model, self.device
-        seed_everything(self.cfg.seed * 1_000_003 + task)
         if task > 0 and c.e_prompt_init == "previous":
             self.e_prompts[task] = self.e_prompts[task - 1]
         e_prompt, key = nn.Parameter(self.e_prompts[task].clone()), nn.Parameter(self.keys[task].clone())
@@ -97,9 +96,9 @@ class DualPrompt(PrefixMethod):
             return {"logits": logits, "labels": y.to(device), "similarity": F.cosine_similarity(query, key[None])}
 
         run_stage(Stage("dualprompt", task, c.epochs, optimizer, clip=c.grad_clip, clip_params=params,
-                        train_modules=[self.head], describe=model.gate_values, lr_key="method.lr"),
+                        train_modules=[self.head], describe=model.gate_values, lr_key=self.config_key("lr")),
                   batches=lambda epoch: loaders.train, forward=forward,
-                  terms={"ce": cross_entropy_term(class_mask(self.num_classes, self.task_classes[task], device)),
+                  terms={"ce": cross_entropy_term(self.task_mask(task)),
                          "pull": lambda out: -c.pull_coeff * out["similarity"].mean()})
         self.head.eval()
         model.freeze_gates()
@@ -107,10 +106,6 @@ class DualPrompt(PrefixMethod):
         self.learned = task + 1
 
     # ---- prediction -----------------------------------------------------
-    def new_eval_cache(self) -> FeatureCache:
-        """Frozen queries never change (the G-prompt and the head do, so prompted features are recomputed)."""
-        return FeatureCache()
-
     def select_tasks(self, query: Tensor) -> Tensor:
         """Frozen queries (B, D) -> the E-prompt (task) of each sample (B,), among the learned tasks."""
         return nearest_key(query, self.keys[:max(self.learned, 1)])
@@ -118,11 +113,8 @@ class DualPrompt(PrefixMethod):
     def _logits(self, x: Tensor, tasks: Tensor) -> Tensor:
         return self.head(self.model(x, self.prompts(self.e_prompts[tasks])))
 
-    @torch.no_grad()
-    def predict(self, batch: TestBatch, cache: Optional[FeatureCache] = None) -> Prediction:
-        cache = cache if cache is not None else FeatureCache()
-        self.model.eval()
-        self.head.eval()
+    def predict_batch(self, batch: TestBatch, cache: FeatureCache) -> Prediction:
+        """Frozen queries come from the cache; prompted features are recomputed (the G-prompt and head change)."""
         query = self.frozen_query(batch, cache)
         tasks = self.select_tasks(query)
         logits = self._logits(batch.images, tasks)

@@ -28,13 +28,12 @@ from torch import Tensor
 
 from ..toolkit.feature_cache import FeatureCache, prompted_features
 from ..toolkit.gaussian import GaussianStore
-from ..toolkit.heads import TaskIdentityHead, class_mask, init_linear_layers, masked_logits
+from ..toolkit.heads import TaskIdentityHead, init_linear_layers, masked_logits
 from ..toolkit.schedules import epoch_scheduler
-from ..toolkit.seeding import seed_everything, task_generator
+from ..toolkit.seeding import task_generator
 from ..toolkit.stages import REGULARISERS, align_head, extract_features, fit_on_features
 from ..toolkit.training import Stage, cross_entropy_term, run_stage
 from ..models import PromptPool
-from ..models.gates import resolve_gate_spec
 from . import hideprompt_diagnostics as diagnostics
 from . import register_method
 from .base import Prediction, PrefixMethod, TaskLoaders, TestBatch, scaled_lr
@@ -47,8 +46,7 @@ class HiDePrompt(PrefixMethod):
     def __init__(self, vit, task_classes, cfg, device):
         super().__init__(vit, task_classes, cfg, device)
         c = self.c = cfg.method
-        self.gate_spec = resolve_gate_spec(c.gate)  # name and every option, defaults filled in
-        self.model = self.gated_prefix_model(vit, c.prompt_layers, self.gate_spec)
+        self.model = self.gated_prefix_model(vit, c.prompt_layers)
         dim = self.model.embed_dim
         self.prompted = c.prompt_length > 0 and len(self.model.prompt_layers) > 0
         shape = self.model.prompt_shape(max(c.prompt_length, 1))
@@ -61,20 +59,22 @@ class HiDePrompt(PrefixMethod):
         self.uninstructed = GaussianStore(s.kind, s.ridge, s.n_centroids, cfg.seed)
         self.instructed = GaussianStore(s.kind, s.ridge, s.n_centroids, cfg.seed)
         self.diagnostics: Dict[int, dict] = {}  # task -> hideprompt_diagnostics.task_diagnostics(...)
+        # the last WTP, for the diagnostics: e_t before and after training (before write-back), per-epoch terms
+        self.wtp_start: Optional[Tensor] = None
+        self.wtp_end: Optional[Tensor] = None
+        self.wtp_history: List[Dict[str, float]] = []
 
     @property
     def train_batch_size(self) -> int:
         return self.c.wtp.batch_size
 
     # ---- helpers ------------------------------------------------------
-    def seen_mask(self, task: int) -> Tensor:
-        return class_mask(self.num_classes, self.seen_classes(task), self.device)
-
     def old_classes(self, task: int) -> List[int]:
         """Classes of the tasks before ``task`` (C_old of the authors' alignment budget)."""
         return self.seen_classes(task - 1) if task > 0 else []
 
-    def _lr(self, lr: float, batch_size: int) -> float:
+    def lr_scaled(self, lr: float, batch_size: int) -> float:
+        """``lr`` x batch / 256 under ``scale_lr_by_batch`` (the authors' scripts), else ``lr``."""
         return scaled_lr(lr, batch_size, self.c.scale_lr_by_batch)
 
     def _align_batches(self, rule: str, task: int) -> Optional[int]:
@@ -88,13 +88,9 @@ class HiDePrompt(PrefixMethod):
                 raise ValueError(f"class {c} of task {task} has {len(members)} training samples; need >= 2")
             store.add(c, members)
 
-    def _task_mask(self, task: int) -> Tensor:
-        return class_mask(self.num_classes, self.task_classes[task], self.device)
-
     # ---- the task -----------------------------------------------------
     def learn_task(self, task: int, loaders: TaskLoaders) -> None:
         c, seed = self.c, self.cfg.seed
-        seed_everything(seed * 1_000_003 + task)
         frozen, labels = extract_features(self.model, loaders.train_plain, self.device, desc="frozen feats")
         self._add_statistics(self.uninstructed, frozen, labels, task)
         self._train_tii(task, loaders, frozen, labels)
@@ -103,10 +99,10 @@ class HiDePrompt(PrefixMethod):
             prompt = self.task_prompts[task]
             prompted, _ = extract_features(self.model, loaders.train_plain, self.device, prompt, "prompted feats")
         else:  # reference without prompts: the classifier learns on frozen features
-            fit_on_features(self.head, frozen, labels, self._task_mask(task), c.wtp.epochs,
-                            self._lr(c.wtp.lr, c.wtp.batch_size) * c.wtp.head_lr_scale, c.wtp.batch_size,
+            fit_on_features(self.head, frozen, labels, self.task_mask(task), c.wtp.epochs,
+                            self.lr_scaled(c.wtp.lr, c.wtp.batch_size) * c.wtp.head_lr_scale, c.wtp.batch_size,
                             task_generator(seed, task, 4), self.device, stage="head", task=task,
-                            lr_key="method.wtp.lr")
+                            lr_key=self.config_key("wtp.lr"))
             prompted = frozen
         self._add_statistics(self.instructed, prompted, labels, task)
         diagnose = c.diagnostics and self.prompted
@@ -115,26 +111,26 @@ class HiDePrompt(PrefixMethod):
             align_head(self.head, self.instructed, self.seen_classes(task), self.num_classes, c.tap.epochs,
                        c.tap.lr, c.tap.samples_per_class, c.tap.batch_size,
                        task_generator(seed, task, 3), self.device, "tap",
-                       self._align_batches(c.tap.batches, task), task, lr_key="method.tap.lr")
+                       self._align_batches(c.tap.batches, task), task, lr_key=self.config_key("tap.lr"))
         if diagnose:
             self.diagnostics[task] = diagnostics.task_diagnostics(
-                self, task, loaders, frozen, prompted, labels, head_after_wtp, self._wtp_init, self._wtp_trained)
+                self, task, loaders, frozen, prompted, labels, head_after_wtp, self.wtp_start, self.wtp_end)
 
     def _train_tii(self, task: int, loaders: TaskLoaders, frozen: Tensor, labels: Tensor) -> None:
         t, seed = self.c.tii, self.cfg.seed
-        lr = self._lr(t.lr, t.batch_size)
+        lr = self.lr_scaled(t.lr, t.batch_size)
         if t.cache_features:
-            fit_on_features(self.tii_head, frozen, labels, self._task_mask(task), t.epochs, lr, t.batch_size,
+            fit_on_features(self.tii_head, frozen, labels, self.task_mask(task), t.epochs, lr, t.batch_size,
                             task_generator(seed, task, 1), self.device, t.grad_clip, task=task,
-                            lr_key="method.tii.lr")
+                            lr_key=self.config_key("tii.lr"))
         else:
             self._train_tii_on_images(task, loaders.train, t.epochs, lr, t.grad_clip)
         if task > 0:
-            align_lr = self._lr(t.align_lr, t.batch_size) if t.scale_align_lr else t.align_lr
+            align_lr = self.lr_scaled(t.align_lr, t.batch_size) if t.scale_align_lr else t.align_lr
             align_head(self.tii_head, self.uninstructed, self.seen_classes(task), self.num_classes,
                        t.align_epochs, align_lr, t.samples_per_class, t.batch_size,
                        task_generator(seed, task, 2), self.device, "tii_align",
-                       self._align_batches(t.align_batches, task), task, lr_key="method.tii.align_lr")
+                       self._align_batches(t.align_batches, task), task, lr_key=self.config_key("tii.align_lr"))
 
     def _train_tii_on_images(self, task: int, loader, epochs: int, lr: float, clip: Optional[float]) -> None:
         """TII head on frozen features of augmented images (recomputed every epoch, the authors' code)."""
@@ -149,8 +145,8 @@ class HiDePrompt(PrefixMethod):
             return {"logits": head(feats), "labels": y.to(device)}
 
         run_stage(Stage("tii", task, epochs, optimizer, clip=clip, clip_params=list(head.parameters()),
-                        train_modules=[head], lr_key="method.tii.lr"),
-                  batches=lambda epoch: loader, forward=forward, terms={"ce": cross_entropy_term(self._task_mask(task))})
+                        train_modules=[head], lr_key=self.config_key("tii.lr")),
+                  batches=lambda epoch: loader, forward=forward, terms={"ce": cross_entropy_term(self.task_mask(task))})
 
     def _train_wtp(self, task: int, loaders: TaskLoaders) -> None:
         """Eq. 57: prompt e_t (+ the gates on the tasks they train on) and psi, CE + lambda * regulariser."""
@@ -158,10 +154,10 @@ class HiDePrompt(PrefixMethod):
         if task > 0:
             pool.init_from(task, task - 1)
         pool.train_only(task)
-        self._wtp_init = pool.prompts[task].detach().clone()  # e_t^0, for the diagnostics
+        self.wtp_start = pool.prompts[task].detach().clone()  # e_t^0, for the diagnostics
         gate_params = model.gate_parameters_for(task)
         prompt_params = [pool.prompts[task]]
-        lr = self._lr(w.lr, w.batch_size)
+        lr = self.lr_scaled(w.lr, w.batch_size)
         optimizer = torch.optim.Adam([{"params": prompt_params + gate_params, "lr": lr},
                                       {"params": list(self.head.parameters()), "lr": lr * w.head_lr_scale}],
                                      betas=(0.9, 0.999), weight_decay=0.0)
@@ -184,30 +180,23 @@ class HiDePrompt(PrefixMethod):
         self.wtp_history = run_stage(
             Stage("wtp", task, w.epochs, optimizer, scheduler, w.grad_clip, prompt_params + gate_params +
                   list(self.head.parameters()), train_modules=[model, self.head], describe=self.gate_values,
-                  lr_key="method.wtp.lr"),
+                  lr_key=self.config_key("wtp.lr")),
             batches=lambda epoch: loaders.train, forward=forward,
-            terms={"ce": cross_entropy_term(self._task_mask(task), w.label_smoothing), "reg": reg})
+            terms={"ce": cross_entropy_term(self.task_mask(task), w.label_smoothing), "reg": reg})
         model.eval()
         pool.prompts[task].requires_grad_(False)
         model.freeze_gates()
-        self._wtp_trained = pool.prompts[task].detach().clone()  # e_t before write-back, for the diagnostics
+        self.wtp_end = pool.prompts[task].detach().clone()  # e_t before write-back, for the diagnostics
         with torch.no_grad():
             self.task_prompts[task] = pool.ensembled(task, w.momentum).detach()
             if w.prompt_writeback:  # authors' code: the stored e_t becomes p_t (next init and later means use it)
                 pool.prompts[task].copy_(self.task_prompts[task])
 
     # ---- prediction -----------------------------------------------------
-    def new_eval_cache(self) -> FeatureCache:
-        """Frozen test features never change; a test sample's features under task k's prompt never change once
-        task k is learned (prompt and gates frozen then): each (sample, prompt) pair is computed once per run."""
-        return FeatureCache()
-
-    @torch.no_grad()
-    def predict(self, batch: TestBatch, cache: Optional[FeatureCache] = None) -> Prediction:
-        cache = cache if cache is not None else FeatureCache()
-        self.model.eval()
-        self.head.eval()
-        self.tii_head.eval()
+    def predict_batch(self, batch: TestBatch, cache: FeatureCache) -> Prediction:
+        """Frozen test features never change, and a test sample's features under task k's prompt never change once
+        task k is learned (prompt and gates frozen then): each (sample, prompt) pair comes from ``cache`` after
+        its first computation."""
         x, task, index, n = batch.images, batch.task, batch.index, batch.size
         frozen = self.frozen_query(batch, cache)
         classes = masked_logits(self.tii_head(frozen), batch.seen).argmax(dim=1)
@@ -260,7 +249,7 @@ class HiDePrompt(PrefixMethod):
     def describe(self) -> Dict[str, Any]:
         c = self.c
         prompts = self.task_prompts.flatten(1).norm(dim=1).tolist() if self.prompted else []
-        return {"name": self.name, "gate": {**self.gate_spec, **self.gate_values()},
+        return {"name": self.name, "gate": {**self.gate.spec, **self.gate_values()},
                 "prompt_layers": list(self.model.prompt_layers), "prompt_length": c.prompt_length,
                 "prompt_norms": prompts, "diagnostics": [self.diagnostics[t] for t in sorted(self.diagnostics)]}
 
@@ -268,6 +257,6 @@ class HiDePrompt(PrefixMethod):
         return diagnostics.summary(self.diagnostics.get(task))
 
     def summary(self) -> str:
-        gate = ", ".join(f"{k}={v}" for k, v in self.gate_spec.items())
+        gate = ", ".join(f"{k}={v}" for k, v in self.gate.spec.items())
         return (f"method: hideprompt, gate: {gate}, prompt length {self.c.prompt_length} on blocks "
                 f"{list(self.model.prompt_layers)}")

@@ -29,7 +29,7 @@ from typing import Dict, Optional
 import torch
 from torch import Tensor, nn
 
-from ..toolkit.heads import class_mask, init_linear_layers, masked_logits
+from ..toolkit.heads import init_linear_layers, masked_logits
 from ..toolkit.seeding import task_generator
 from ..toolkit.stages import extract_features, fit_on_features
 
@@ -76,15 +76,15 @@ def task_diagnostics(method, task: int, loaders, frozen_train: Tensor, prompted_
         random_train, _ = extract_features(model, loaders.train_plain, device, random_prompt, "random-prompt feats")
         frozen_test, test_labels = extract_features(model, loaders.test, device, desc="diagnostic feats")
         prompted_test, _ = extract_features(model, loaders.test, device, prompt, "diagnostic feats")
-        own = class_mask(method.num_classes, method.task_classes[task], device)
+        own = method.task_mask(task)
         probe = init_linear_layers(nn.Linear(model.embed_dim, method.num_classes), c.head_init).to(device)
-        lr = method._lr(c.wtp.lr, c.wtp.batch_size) * c.wtp.head_lr_scale
+        lr = method.lr_scaled(c.wtp.lr, c.wtp.batch_size) * c.wtp.head_lr_scale
         fit_on_features(probe, frozen_train, train_labels, own, c.wtp.epochs, lr, c.wtp.batch_size,
                         task_generator(seed, task, PROBE_STAGE), device, stage="probe", task=task,
-                        lr_key="method.wtp.lr")
+                        lr_key=method.config_key("wtp.lr"))
         before = nn.Linear(model.embed_dim, method.num_classes).to(device)
         before.load_state_dict(head_before_tap)
-    history = getattr(method, "wtp_history", None) or [{}]
+    history = method.wtp_history or [{}]
     return {
         "task": task,
         "prompt_change": relative_change(wtp_trained, wtp_init),

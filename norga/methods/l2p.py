@@ -20,15 +20,15 @@ the selection collapsed onto a few prompts.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any, Dict
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..toolkit.feature_cache import FeatureCache
-from ..toolkit.heads import class_mask, init_linear_layers
-from ..toolkit.seeding import seed_everything, task_generator
+from ..toolkit.heads import init_linear_layers
+from ..toolkit.seeding import task_generator
 from ..toolkit.training import Stage, cross_entropy_term, run_stage
 from ..models.prompt_inputs import PromptInput
 from . import register_method
@@ -87,7 +87,6 @@ class L2P(Method):
     # ---- learning -------------------------------------------------------
     def learn_task(self, task: int, loaders: TaskLoaders) -> None:
         c, model, device = self.c, self.model, self.device
-        seed_everything(self.cfg.seed * 1_000_003 + task)
         params = [self.prompts, self.keys, *self.head.parameters()]
         lr = scaled_lr(c.lr, c.batch_size, c.scale_lr_by_batch)
         optimizer = torch.optim.Adam(params, lr=lr, betas=(0.9, 0.999), weight_decay=0.0)  # new per task
@@ -108,23 +107,16 @@ class L2P(Method):
             return loaders.train
 
         run_stage(Stage("l2p", task, c.epochs, optimizer, clip=c.grad_clip, clip_params=params,
-                        train_modules=[self.head], lr_key="method.lr"),
+                        train_modules=[self.head], lr_key=self.config_key("lr")),
                   batches=batches, forward=forward,
-                  terms={"ce": cross_entropy_term(class_mask(self.num_classes, self.task_classes[task], device)),
+                  terms={"ce": cross_entropy_term(self.task_mask(task)),
                          "pull": lambda out: -c.pull_coeff * pull_loss(out["similarity"], out["chosen"])})
         self.head.eval()
         self.selection_counts[task] = counts.tolist()
 
     # ---- prediction -----------------------------------------------------
-    def new_eval_cache(self) -> FeatureCache:
-        """Frozen queries never change (the pool does, so prompted features are recomputed)."""
-        return FeatureCache()
-
-    @torch.no_grad()
-    def predict(self, batch: TestBatch, cache: Optional[FeatureCache] = None) -> Prediction:
-        cache = cache if cache is not None else FeatureCache()
-        self.model.eval()
-        self.head.eval()
+    def predict_batch(self, batch: TestBatch, cache: FeatureCache) -> Prediction:
+        """Frozen queries come from the cache; prompted features are recomputed (the pool changes every task)."""
         query = self.frozen_query(batch, cache)
         logits, _, _ = self.forward_selected(batch.images, query)
         return Prediction(logits, logits)

@@ -30,9 +30,9 @@ import torch
 from torch import Tensor, nn
 
 from ..toolkit.gaussian import GaussianStore
-from ..toolkit.heads import class_mask, init_linear_layers
+from ..toolkit.heads import init_linear_layers
 from ..toolkit.schedules import epoch_scheduler
-from ..toolkit.seeding import seed_everything, task_generator
+from ..toolkit.seeding import task_generator
 from ..toolkit.stages import align_head, extract_features
 from ..toolkit.training import Stage, cross_entropy_term, run_stage
 from ..models.moe_adapters import HeadwiseLoRAMoE, attach_adapters
@@ -76,7 +76,6 @@ class MoEAdapterMethod(Method):
 
     # ---- training ----------------------------------------------------------
     def learn_task(self, task: int, loaders: TaskLoaders) -> None:
-        seed_everything(self.cfg.seed * 1_000_003 + task)
         self._train_adapters(task, loaders)
         if self.c.classifier == "aligned":
             feats, labels = extract_features(self.model, loaders.train_plain, self.device, desc="adapted feats")
@@ -85,7 +84,7 @@ class MoEAdapterMethod(Method):
             c = self.c
             align_head(self.head, self.stats, self.seen_classes(task), self.num_classes, c.align_epochs, c.align_lr,
                        c.align_samples_per_class, c.batch_size, task_generator(self.cfg.seed, task, ALIGN_STAGE),
-                       self.device, stage="align", task=task, lr_key="method.align_lr")
+                       self.device, stage="align", task=task, lr_key=self.config_key("align_lr"))
         self.head.eval()
 
     def _train_adapters(self, task: int, loaders: TaskLoaders) -> None:
@@ -99,13 +98,12 @@ class MoEAdapterMethod(Method):
             return {"logits": head(model(x.to(self.device))), "labels": y.to(self.device)}
 
         run_stage(Stage("moe", task, c.epochs, optimizer, epoch_scheduler(optimizer, "cosine", c.epochs),
-                        clip=c.grad_clip, clip_params=params, train_modules=[head], lr_key="method.lr"),
+                        clip=c.grad_clip, clip_params=params, train_modules=[head], lr_key=self.config_key("lr")),
                   batches=lambda epoch: loaders.train, forward=forward,
-                  terms={"ce": cross_entropy_term(class_mask(self.num_classes, self.task_classes[task], self.device))})
+                  terms={"ce": cross_entropy_term(self.task_mask(task))})
 
     # ---- prediction -----------------------------------------------------------
-    @torch.no_grad()
-    def predict(self, batch: TestBatch, cache: Any = None) -> Prediction:
+    def predict_batch(self, batch: TestBatch, cache: Any) -> Prediction:
         logits = self.predict_logits(batch.images)
         return Prediction(logits, logits)
 

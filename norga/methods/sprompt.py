@@ -21,16 +21,16 @@ letting all seen classes compete collapses class-incremental accuracy (bench: FA
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, Optional
+from typing import Any, Dict
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..toolkit.feature_cache import FeatureCache, prompted_features
-from ..toolkit.heads import class_mask, init_linear_layers, masked_logits
+from ..toolkit.heads import init_linear_layers, masked_logits
 from ..toolkit.schedules import epoch_scheduler
-from ..toolkit.seeding import seed_everything, task_generator
+from ..toolkit.seeding import task_generator, task_seed
 from ..toolkit.stages import extract_features
 from ..toolkit.training import Stage, cross_entropy_term, run_stage
 from ..config import ConfigError
@@ -80,7 +80,6 @@ class SPrompt(Method):
         return PromptInput(tokens=prompt.unsqueeze(0))
 
     def learn_task(self, task: int, loaders: TaskLoaders) -> None:
-        seed_everything(self.cfg.seed * 1_000_003 + task)
         frozen, _ = extract_features(self.model, loaders.train_plain, self.device, desc="frozen feats")
         self.centroids[task] = self._kmeans(self.query(frozen), task).to(self.device)
         self._train_prompt(task, loaders)
@@ -93,7 +92,7 @@ class SPrompt(Method):
         if len(queries) < k:
             raise ConfigError(f"task {task} has {len(queries)} training images, fewer than "
                               f"method.centroids_per_task={k}; lower it")
-        fit = KMeans(n_clusters=k, n_init=10, random_state=(self.cfg.seed * 1_000_003 + task) % 2**31)
+        fit = KMeans(n_clusters=k, n_init=10, random_state=task_seed(self.cfg.seed, task) % 2**31)
         return torch.as_tensor(fit.fit(queries.double().numpy()).cluster_centers_, dtype=torch.float32)
 
     def _initial_prompt(self, task: int) -> Tensor:
@@ -119,26 +118,20 @@ class SPrompt(Method):
             feats = model(x.to(self.device), self.tokens(prompt))
             return {"logits": head(feats), "labels": y.to(self.device)}
 
-        run_stage(Stage("sprompt", task, c.epochs, optimizer, scheduler, train_modules=[head], lr_key="method.lr"),
+        run_stage(Stage("sprompt", task, c.epochs, optimizer, scheduler, train_modules=[head], lr_key=self.config_key("lr")),
                   batches=lambda epoch: loaders.train, forward=forward,
-                  terms={"ce": cross_entropy_term(class_mask(self.num_classes, self.task_classes[task], self.device))})
+                  terms={"ce": cross_entropy_term(self.task_mask(task))})
         head.eval()
         self.prompts[task] = prompt.detach()
 
     # ---- prediction -----------------------------------------------------
-    def new_eval_cache(self) -> FeatureCache:
-        """Frozen features and (sample, prompt k) features never change once task k is learned."""
-        return FeatureCache()
-
     def select_tasks(self, frozen: Tensor) -> Tensor:
         """Frozen features (B, D) -> inferred task per sample (B,), among the learned tasks."""
         return nearest_centroid_task(self.query(frozen), self.centroids[:max(self.learned, 1)], self.c.distance)
 
-    @torch.no_grad()
-    def predict(self, batch: TestBatch, cache: Optional[FeatureCache] = None) -> Prediction:
-        cache = cache if cache is not None else FeatureCache()
-        self.model.eval()
-        self.head.eval()
+    def predict_batch(self, batch: TestBatch, cache: FeatureCache) -> Prediction:
+        """Frozen features and (sample, prompt k) features come from the cache: they never change once task k
+        is learned."""
         x, task, index, n = batch.images, batch.task, batch.index, batch.size
         frozen = self.frozen_query(batch, cache)
         tasks = self.select_tasks(frozen)

@@ -184,16 +184,34 @@ def resolve_gate_spec(spec: Mapping[str, Any], key: str = "method.gate") -> Dict
     return {"name": spec["name"], **gate_options(spec["name"], options, key)}
 
 
+class GateFactory:
+    """A gate spec resolved once (validated, every option's value filled in) that builds one gate per block.
+
+    Blocks receive the factory, not a name and options (as timm resolves ``attn_layer`` once and passes the
+    class down): ``factory(num_heads)`` -> a new :class:`Gate`; ``factory.spec`` = ``{name, options...}``.
+    """
+
+    def __init__(self, spec: Mapping[str, Any], key: str = "method.gate"):
+        self.spec: Dict[str, Any] = resolve_gate_spec(spec, key)
+        self.name: str = self.spec["name"]
+        self.gate_class = GATES[self.name]
+        self.options = {k: v for k, v in self.spec.items() if k != "name"}
+
+    def __call__(self, num_heads: Optional[int] = None) -> Gate:
+        if getattr(self.gate_class, "per_head", False):
+            if num_heads is None:
+                raise ValueError(f"gate {self.name!r} has parameters per attention head: it needs num_heads")
+            return self.gate_class(num_heads=num_heads, **self.options)
+        return self.gate_class(**self.options)
+
+    def __repr__(self) -> str:
+        return f"GateFactory({self.spec})"
+
+
 def build_gate(name: str, num_heads: Optional[int] = None, **options) -> Gate:
     """Create a gate by registry name, e.g. ``build_gate("norga", activation="gelu")``; gates with
     ``per_head = True`` get the block's ``num_heads``.
 
     An unknown name or option raises :class:`norga.config.ConfigError` (a ValueError) naming the config key.
     """
-    resolved = gate_options(name, options)
-    cls = GATES[name]
-    if getattr(cls, "per_head", False):
-        if num_heads is None:
-            raise ValueError(f"gate {name!r} has parameters per attention head: build_gate needs num_heads")
-        return cls(num_heads=num_heads, **resolved)
-    return cls(**resolved)
+    return GateFactory({"name": name, **options})(num_heads)

@@ -24,7 +24,7 @@ from torch import Tensor, nn
 
 from ..config import ConfigError
 from . import blockwise
-from .gates import Gate, build_gate
+from .gates import Gate, GateFactory
 from .compilation import backbone_function
 from .precision import backbone_autocast
 from .prefix_attention import PrefixAttention
@@ -41,16 +41,17 @@ class PromptedViT(nn.Module):
     Args:
         vit: a timm ``VisionTransformer`` (any size / patch / image size).
         prompt_layers: indices of blocks that receive prefixes.
-        gate: gate registry name (``"linear"`` or ``"norga"``).
+        gate: a :class:`~norga.models.gates.GateFactory` (resolved once, called once per prompted block with
+            its head count), or a gate registry name (``"linear"``, ``"norga"``, ...) with ``gate_options``.
         path: ``"fast"`` (SDPA) or ``"explicit"`` (reference math).
-        **gate_options: e.g. ``activation="tanh"`` for NoRGa.
+        **gate_options: with a gate name, e.g. ``activation="tanh"`` for NoRGa.
     """
 
     def __init__(
         self,
         vit: nn.Module,
         prompt_layers: Sequence[int] = DEFAULT_PROMPT_LAYERS,
-        gate: str = "linear",
+        gate: Union[str, GateFactory] = "linear",
         path: str = "fast",
         **gate_options,
     ):
@@ -69,12 +70,15 @@ class PromptedViT(nn.Module):
             )
         self.vit = vit
         self.prompt_layers = layers
-        self.gate_name = gate
+        if not isinstance(gate, GateFactory):
+            gate = GateFactory({"name": gate, **gate_options})
+        elif gate_options:
+            raise TypeError(f"gate options {sorted(gate_options)} given beside a GateFactory: put them in its spec")
+        self.gate_name = gate.name
         for i in layers:
             blockwise.check_prompted_block(blocks[i], i)
         for i in layers:
-            prefix_gate = build_gate(gate, blocks[i].attn.num_heads, **gate_options)
-            blocks[i].attn = PrefixAttention(blocks[i].attn, prefix_gate, path)
+            blocks[i].attn = PrefixAttention(blocks[i].attn, gate(blocks[i].attn.num_heads), path)
         first = self.prefix_attentions[0] if layers else None
         self.num_heads = first.num_heads if first else blocks[0].attn.num_heads
         self.head_dim = first.head_dim if first else blocks[0].attn.head_dim
@@ -89,21 +93,9 @@ class PromptedViT(nn.Module):
         """Shape of one task's stacked prefix prompt: (P, 2, L, H, Dh)."""
         return (len(self.prompt_layers), 2, length, self.num_heads, self.head_dim)
 
-    def prefix_shape(self, length: int) -> tuple:
-        """Shape of one block's prefix keys (or values) for one sample: (H, L, Dh)."""
-        return (self.num_heads, length, self.head_dim)
-
-    def token_shape(self, length: int) -> tuple:
-        """Shape of L_p prepended prompt tokens for one sample: (L_p, D)."""
-        return (length, self.spec.embed_dim)
-
     def set_grad_checkpointing(self, enable: bool = True) -> None:
         """timm's switch: checkpoint every block (prefixes are checkpoint inputs)."""
         self.vit.set_grad_checkpointing(enable)
-
-    def set_path(self, path: str) -> None:
-        for attn in self.prefix_attentions:
-            attn.path = path
 
     # ---- parameters -------------------------------------------------
     def gate_parameters(self) -> Iterator[nn.Parameter]:
@@ -156,10 +148,6 @@ class PromptedViT(nn.Module):
     def freeze_gates(self) -> None:
         for attn in self.prefix_attentions:
             attn.prefix_gate.freeze()
-
-    def unfreeze_gates(self) -> None:
-        for attn in self.prefix_attentions:
-            attn.prefix_gate.unfreeze()
 
     # ---- forward ----------------------------------------------------
     def resolve(self, prompts: Prompts, batch: int) -> PromptInput:

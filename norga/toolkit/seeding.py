@@ -18,6 +18,11 @@ def task_generator(seed: int, task: int, stage: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed * 1_000_003 + task * 101 + stage)
 
 
+def task_seed(seed: int, task: int) -> int:
+    """The global seed of task ``task`` of a run seeded ``seed`` (the engine reseeds before every task)."""
+    return seed * 1_000_003 + task
+
+
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
