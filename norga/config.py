@@ -83,7 +83,7 @@ class MethodConfig:
     checked before torch is imported. ``report(cfg)`` is printed by ``--dry-run``.
     """
 
-    name: str = _f("hideprompt")
+    name: str = _f("norga")
 
     def report(self, cfg: "Config") -> str:
         return ""
@@ -94,7 +94,7 @@ class LoggingConfig:
     tensorboard: bool = _f(False)  # also write the per-epoch log as TensorBoard scalars to DIR/tensorboard/
 
 
-DEFAULT_METHOD = "hideprompt"
+DEFAULT_METHOD = "norga"
 
 
 def _default_method() -> MethodConfig:
@@ -218,12 +218,22 @@ def merge_configs(base: Dict[str, Any], own: Dict[str, Any]) -> Dict[str, Any]:
     for key, value in own.items():
         old = merged.get(key)
         renamed = isinstance(old, dict) and isinstance(value, dict) and value.get("name", old.get("name")) != \
-            old.get("name")  # another method or gate: the base's options belong to the other one
+            old.get("name") and not (key == "method" and _same_options(old.get("name"), value.get("name")))
+        # another method or gate: the base's options belong to the other one (unless the two methods share them)
         if isinstance(old, dict) and isinstance(value, dict) and not renamed:
             merged[key] = merge_configs(old, value)
         else:
             merged[key] = value
     return merged
+
+
+def _same_options(a: Any, b: Any) -> bool:
+    """Whether methods ``a`` and ``b`` read the same options (one's config section extends the other's, e.g.
+    ``norga`` and ``hideprompt``): a child config may then switch between them and keep its base's values."""
+    known = method_configs()
+    if not (isinstance(a, str) and isinstance(b, str) and a in known and b in known):
+        return False
+    return issubclass(known[a], known[b]) or issubclass(known[b], known[a])
 
 
 def _yaml_problem(err: yaml.YAMLError) -> str:

@@ -40,7 +40,7 @@ MUTANTS = (
            ("tests/test_wiring.py",)),
     Mutant("head_lr_scale_ignored", "norga/methods/hideprompt.py", '"lr": lr * w.head_lr_scale}', '"lr": lr}',
            ("tests/test_wiring.py",)),
-    Mutant("wtp_lr_scaling_ignored", "norga/methods/hideprompt.py", "lr = self._lr(w.lr, w.batch_size)", "lr = w.lr",
+    Mutant("wtp_lr_scaling_ignored", "norga/methods/hideprompt.py", "lr = self.lr_scaled(w.lr, w.batch_size)", "lr = w.lr",
            ("tests/test_wiring.py",)),
     Mutant("reg_sign", "norga/methods/hideprompt.py", "return w.reg * regulariser(", "return -w.reg * regulariser(",
            ("tests/test_wiring.py",)),

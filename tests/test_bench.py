@@ -122,7 +122,7 @@ def test_every_arm_resolves_to_a_valid_config(regime, tmp_path):
     assert all(len(s) == 1 for s in data)
     for arm, cfg in configs.items():
         if arm == "norga_headwise":  # the regime's method with another gate
-            assert cfg.method.name == "hideprompt" and cfg.method.gate["name"] == "norga_headwise"
+            assert cfg.method.name == "norga" and cfg.method.gate["name"] == "norga_headwise"
         elif arm in r.optional:
             assert cfg.method.name == arm.split("_k")[0].split("_h")[0]  # lora_moe_k16_top5 -> lora_moe
             assert cfg.method.epochs == configs["hideprompt"].method.wtp.epochs

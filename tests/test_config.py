@@ -14,7 +14,7 @@ CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.yaml"
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])
 def test_every_shipped_config_loads(path):
     cfg = load_config(path)
-    expected = next((m for m in BASELINES if path.stem.endswith(f"_{m}")), "hideprompt")
+    expected = next((m for m in BASELINES + ("hideprompt",) if path.stem.endswith(f"_{m}")), "norga")
     length = getattr(cfg.method, "prompt_length", getattr(cfg.method, "e_prompt_length", 0))
     assert cfg.data.num_tasks >= 1 and cfg.method.name == expected and length >= 1
 
@@ -92,13 +92,33 @@ def test_old_layout_keys_get_an_error_naming_their_new_place(old, new):
 
 
 def test_method_name_selects_the_section_and_unknown_methods_are_named():
-    assert type(load_config(None).method).__name__ == "HiDePromptConfig"
+    assert type(load_config(None).method).__name__ == "NoRGaConfig"
     known = r"\['coda', 'dualprompt', 'hideprompt'"
     with pytest.raises(ConfigError, match=r"method.name: unknown method 'l2p_typo'; choose one of " + known):
         load_config(None, ["method.name=l2p_typo"])
     with pytest.raises(ConfigError, match="method.gate: needs a gate name"):
         load_config(None, ["method.gate={activation: tanh, name: 3}"])
     assert load_config(None, ["method.gate={activation: gelu}"]).method.gate == {"name": "norga", "activation": "gelu"}
+
+
+def test_hideprompt_is_the_linear_gate_and_norga_the_same_pipeline_with_a_gate():
+    hide, norga = load_config(None, ["method.name=hideprompt"]), load_config(None, ["method.name=norga"])
+    assert hide.method.gate == {"name": "linear"} and norga.method.gate == {"name": "norga", "activation": "tanh"}
+    assert issubclass(type(norga.method), type(hide.method))  # every hideprompt option applies to norga
+    with pytest.raises(ConfigError, match=r"^method.gate.name: 'norga' under method.name: hideprompt.*set "
+                                          r"method.name: norga"):
+        load_config(None, ["method={name: hideprompt, gate: {name: norga, activation: tanh}}"])
+    # norga takes any registered gate, the linear one too (a paired HiDe-Prompt control)
+    assert load_config(None, ["method.gate={name: linear}"]).method.gate == {"name": "linear"}
+
+
+def test_a_child_config_switching_between_hideprompt_and_norga_keeps_its_base_values(tmp_path):
+    (tmp_path / "hide.yaml").write_text("method: {name: hideprompt, prompt_length: 7, wtp: {epochs: 4}}\n")
+    (tmp_path / "norga.yaml").write_text("base: hide.yaml\nmethod: {name: norga, gate: {name: norga}}\n")
+    (tmp_path / "l2p.yaml").write_text("base: hide.yaml\nmethod: {name: l2p}\n")
+    child = load_config(tmp_path / "norga.yaml").method
+    assert (child.name, child.prompt_length, child.wtp.epochs, child.gate["name"]) == ("norga", 7, 4, "norga")
+    assert load_config(tmp_path / "l2p.yaml").method.prompt_length != 7  # another method: the base's values go
 
 
 def test_overrides_and_strict_types(tmp_path):

@@ -84,7 +84,7 @@ def test_a_checkpoint_of_another_method_is_refused(simplecil_run, tmp_path):
     copy = tmp_path / "copy"
     shutil.copytree(out, copy)
     (copy / "metrics.json").unlink()  # not finished any more: the run would resume from the checkpoints
-    with pytest.raises(RunError, match="written by simplecil, not by method 'hideprompt'"):
+    with pytest.raises(RunError, match="written by simplecil, not by method 'norga'"):
         run_training(load_config(SMOKE), copy, force=True)
 
 

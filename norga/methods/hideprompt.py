@@ -1,4 +1,4 @@
-"""HiDe-Prompt with a prefix gate (NoRGa, or ``linear`` = plain HiDe-Prompt) as a registered method.
+"""HiDe-Prompt (``hideprompt``: the linear gate) and NoRGa (``norga``: a non-linear residual gate) as registered methods.
 
 ``learn_task(t, loaders)`` runs, for task t (paper Algorithm 1):
 
@@ -258,5 +258,10 @@ class HiDePrompt(PrefixMethod):
 
     def summary(self) -> str:
         gate = ", ".join(f"{k}={v}" for k, v in self.gate.spec.items())
-        return (f"method: hideprompt, gate: {gate}, prompt length {self.c.prompt_length} on blocks "
+        return (f"method: {self.name}, gate: {gate}, prompt length {self.c.prompt_length} on blocks "
                 f"{list(self.model.prompt_layers)}")
+
+
+@register_method("norga")
+class NoRGa(HiDePrompt):
+    """NoRGa (``method.name: norga``): the HiDe-Prompt pipeline with the gate of ``method.gate`` (NoRGa by default)."""

@@ -1,7 +1,9 @@
-"""Config section of the ``hideprompt`` method: HiDe-Prompt (WTP, TII, TAP) with a prefix gate.
+"""Config sections of ``hideprompt`` and ``norga``: the HiDe-Prompt pipeline (WTP, TII, TAP) with a prefix gate.
 
-``method: {name: hideprompt, gate: {name: linear}}`` is HiDe-Prompt;
-``gate: {name: norga, activation: tanh}`` is NoRGa. Torch-free (read before torch loads).
+``method: {name: hideprompt}`` is HiDe-Prompt: prefix tuning with the ``linear`` gate (the only gate it
+takes). ``method: {name: norga}`` is NoRGa: the same pipeline with the non-linear residual gate
+(``gate: {name: norga, activation: tanh | sigmoid | gelu}``, tanh by default), or any other registered
+gate (e.g. ``norga_headwise``, or ``linear`` for a paired control). Torch-free (read before torch loads).
 Every field is listed in README "Config reference"; docs/fidelity.md says which
 values reproduce the authors' code.
 """
@@ -72,13 +74,14 @@ class TAPConfig:
     after_first_task: bool = _f(False)  # authors' code runs TAP only for tasks t > 0
 
 
-DEFAULT_GATE = {"name": "norga", "activation": "tanh"}
+HIDEPROMPT_GATE = {"name": "linear"}
+NORGA_GATE = {"name": "norga", "activation": "tanh"}
 
 
 @method_config("hideprompt", module="norga.methods.hideprompt")
 @dataclass
 class HiDePromptConfig(MethodConfig):
-    """HiDe-Prompt (WTP, TII, TAP) with a prefix gate: gate linear = HiDe-Prompt, gate norga = NoRGa.
+    """HiDe-Prompt (WTP, TII, TAP): prefix tuning with the linear gate (NoRGa is ``method.name: norga``).
 
     ``gate`` is ``{name: <registered gate>, <that gate's options>}``;
     its options are checked against the gate's own ``Options`` when the run is built (``norga list`` shows them)."""
@@ -86,7 +89,7 @@ class HiDePromptConfig(MethodConfig):
     name: str = _f("hideprompt")
     prompt_layers: List[int] = _f([0, 1, 2, 3, 4])
     prompt_length: int = _f(5, ge=0)  # 0: no prompts (frozen-backbone reference with the same TII/TAP)
-    gate: Dict[str, Any] = _f(DEFAULT_GATE)
+    gate: Dict[str, Any] = _f(HIDEPROMPT_GATE)
     scale_lr_by_batch: bool = _f(True)  # TII, TII-alignment (see tii.scale_align_lr) and WTP lr * batch / 256
     head_init: str = _f("trunc_normal", choices=("trunc_normal", "pytorch"))  # linear layers of both heads
     # per-task evidence that WTP, the prompt and the gate did work (norga.methods.hideprompt_diagnostics); changes
@@ -98,13 +101,44 @@ class HiDePromptConfig(MethodConfig):
     tap: TAPConfig = field(default_factory=TAPConfig)
 
     def __post_init__(self):
-        self.gate = gate_section(self.gate, DEFAULT_GATE["name"])
+        self.gate = gate_section(self.gate, self.default_gate()["name"])
+        self.check_gate()
         if self.tap.after_first_task and self.tap.batches == "old_classes":
             raise ConfigError("method.tap.after_first_task=true with method.tap.batches=old_classes would run 0 TAP "
                               "batches after the first task (C_old = 0); set method.tap.batches=all, or "
                               "method.tap.after_first_task=false")
 
+    @staticmethod
+    def default_gate() -> Dict[str, Any]:
+        return dict(HIDEPROMPT_GATE)
+
+    def check_gate(self) -> None:
+        """HiDe-Prompt is the linear gate: any other gate is NoRGa's pipeline, named ``norga``."""
+        if self.gate["name"] != "linear":
+            raise ConfigError(f"method.gate.name: {self.gate['name']!r} under method.name: hideprompt; hideprompt is "
+                              "HiDe-Prompt with the linear gate only: for this gate set method.name: norga (the same "
+                              "pipeline with a gate, e.g. method: {name: norga, gate: {name: norga, activation: tanh}})")
+
     def report(self, cfg) -> str:
         from ..fidelity import fidelity_report  # torch-free
 
         return fidelity_report(cfg)
+
+
+@method_config("norga", module="norga.methods.hideprompt")
+@dataclass
+class NoRGaConfig(HiDePromptConfig):
+    """NoRGa: the HiDe-Prompt pipeline with the non-linear residual gate s + alpha * act(tau * s) (tanh default).
+
+    Every option of ``hideprompt`` applies; ``gate`` may be any registered gate (``linear`` makes it a paired
+    HiDe-Prompt control)."""
+
+    name: str = _f("norga")
+    gate: Dict[str, Any] = _f(NORGA_GATE)
+
+    @staticmethod
+    def default_gate() -> Dict[str, Any]:
+        return dict(NORGA_GATE)
+
+    def check_gate(self) -> None:
+        """Any registered gate (its name and options are checked against the registry when the run is built)."""
