@@ -1,7 +1,7 @@
-"""The README's benchmark tables of the head-wise routing section, generated from the committed rows.
+"""The benchmark tables of the README and the docs pages, generated from the committed rows.
 
-    python bench/readme_tables.py            # rewrite every marked table of README.md from the rows
-    python bench/readme_tables.py --check    # exit 1, naming the stale tables, if README.md differs
+    python bench/readme_tables.py            # rewrite every marked table of README.md and docs/**/*.md
+    python bench/readme_tables.py --check    # exit 1, naming the stale tables, if a file differs
 
 A generated table sits between two HTML comments (invisible on GitHub)::
 
@@ -11,7 +11,7 @@ A generated table sits between two HTML comments (invisible on GitHub)::
 
 Each name is a registered block (``BLOCKS``): a function of the rows of ``bench/results/evidence_cpu.json``
 (a :class:`Results`, whose statistics are computed once per render) returning table lines. Numbers are those of ``bench/results/evidence_cpu.md`` with typographic minus signs.
-``tests/test_readme.py`` runs the check, so the README cannot fall behind the committed rows.
+``tests/test_readme.py`` runs the check, so no page can fall behind the committed rows.
 """
 from __future__ import annotations
 
@@ -48,6 +48,7 @@ MARKER = re.compile(r"<!-- bench:([\w-]+) -->\n(.*?)<!-- /bench:([\w-]+) -->", r
 MATCHED = ["lora_moe", "mh_moe", "lora_moe_k16_top5"]
 H_SWEEP = ["mh_moe_h2", "mh_moe_h4", "mh_moe", "mh_moe_h8"]  # H = 2, 4, 6 (the backbone's heads), 8
 HEADWISE = ["norga_headwise", "norga_tanh", "hideprompt"]
+OVERVIEW = ["norga_tanh", "hideprompt", "no_prompt", "sprompt", "dualprompt", "l2p", "coda", "lora_moe", "mh_moe"]
 PAIR_COLUMNS = ("FA", "FM", "TIL_FA")
 
 
@@ -62,6 +63,13 @@ def block(name: str, arms: List[str]):
 
 def _table(lines: List[str]) -> List[str]:
     return [ln for ln in lines if ln.startswith("|")]
+
+
+@block("evidence-overview", OVERVIEW)
+def evidence_overview(results: Results) -> List[str]:
+    arms = results.stats["arms"]
+    return table_head("arm", real_data_cpu.STAT_COLUMNS) + [
+        real_data_cpu.arm_stat_row(a, arms[a]) for a in OVERVIEW if a in arms]
 
 
 @block("moe-arms", MATCHED)
@@ -138,9 +146,14 @@ def stale_blocks(text: str, rows: List[dict]) -> List[str]:
     return [m.group(1) for m in MARKER.finditer(text) if fresh[m.group(1)] != m.group(2)]
 
 
+def pages() -> List[Path]:
+    """The files whose marked tables are generated: README.md and every docs page."""
+    return [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--readme", type=Path, default=REPO / "README.md")
+    p.add_argument("--files", type=Path, nargs="+", default=None, help="Markdown files (default: README.md, docs/)")
     p.add_argument("--results", type=Path, default=REPO / "bench" / "results" / "evidence_cpu",
                    help="results path without suffix (its .json rows are read)")
     p.add_argument("--check", action="store_true", help="only check; exit 1 naming the stale tables")
@@ -148,16 +161,18 @@ def main(argv=None) -> int:
     rows = real_data_cpu.load_rows(args.results)
     if not rows:
         sys.exit(f"error: no rows in {args.results.with_suffix('.json')}; run bench/real_data_cpu.py first")
-    text = args.readme.read_text()
-    if args.check:
-        stale = stale_blocks(text, rows)
-        if stale:
-            print(f"{args.readme}: tables {stale} differ from {args.results.with_suffix('.json')}; "
-                  "run python bench/readme_tables.py", file=sys.stderr)
-            return 1
-        return 0
-    args.readme.write_text(render(text, rows))
-    return 0
+    stale_files = []
+    for path in args.files or pages():
+        text = path.read_text()
+        if args.check:
+            stale = stale_blocks(text, rows)
+            if stale:
+                stale_files.append(path)
+                print(f"{path}: tables {stale} differ from {args.results.with_suffix('.json')}; "
+                      "run python bench/readme_tables.py", file=sys.stderr)
+        elif MARKER.search(text):
+            path.write_text(render(text, rows))
+    return 1 if stale_files else 0
 
 
 if __name__ == "__main__":

@@ -38,11 +38,14 @@ def _f(default=dataclasses.MISSING, *, ge=None, gt=None, le=None, choices=None, 
 
 @dataclass
 class DataConfig:
+    # registered benchmark (`norga list`): synthetic, array, cifar100, imagenet_r, cub200, five_datasets, ...
     name: str = _f("synthetic")
-    root: Optional[str] = _f(None)
-    num_tasks: int = _f(10, ge=1)
-    classes_per_task: Optional[int] = _f(None, ge=1)
+    root: Optional[str] = _f(None)  # the benchmark's folder or file (null: none needed, e.g. synthetic)
+    num_tasks: int = _f(10, ge=1)  # number of tasks T
+    classes_per_task: Optional[int] = _f(None, ge=1)  # classes per task (null: all classes / num_tasks)
+    # classes of the first task when it differs (null: classes_per_task)
     first_task_classes: Optional[int] = _f(None, ge=1)
+    # seed (shuffled by class_order_rng), natural, or an explicit list of class ids
     class_order: Union[str, List[int]] = _f("seed")
     # how 'seed' shuffles: python = random.seed(seed); random.shuffle(range(C)) (authors' code); numpy = RandomState
     class_order_rng: str = _f("python", choices=("python", "numpy"))
@@ -50,12 +53,13 @@ class DataConfig:
     # backbone = bilinear crop + flip, the backbone's mean/std; or a recipe name (cifar100, imagenet_r, ...)
     transforms: str = _f("official")
     image_size: Optional[int] = _f(None, ge=8)  # None: the backbone's own input size
-    download: bool = _f(False)
-    train_per_class: Optional[int] = _f(None, ge=1)
-    test_per_class: Optional[int] = _f(None, ge=1)
+    download: bool = _f(False)  # download the data set where it can be downloaded (torchvision data sets)
+    train_per_class: Optional[int] = _f(None, ge=1)  # use only the first N training images of every class (null: all)
+    test_per_class: Optional[int] = _f(None, ge=1)  # use only the first N test images of every class (null: all)
     # loader worker processes; auto = min(8, CPUs - 1). Augmentation draws differ with the number of workers,
     # so runs are reproducible for a fixed number (default 0: the main process)
     num_workers: Union[int, str] = _f(0)
+    # benchmark-specific options (e.g. synthetic: num_classes, train_per_class, test_per_class)
     options: Dict[str, Any] = _f({})
 
     def __post_init__(self):
@@ -67,10 +71,12 @@ class DataConfig:
 class ModelConfig:
     """The frozen backbone (what prompts and gates attach to is the method's business: ``method.*``)."""
 
-    preset: Optional[str] = _f(None)
+    preset: Optional[str] = _f(None)  # a backbone preset (`norga list`), e.g. sup21k: ViT-B/16 ImageNet-21K
     name: Optional[str] = _f(None)  # timm model name; overrides the preset's
+    # a local checkpoint file for the backbone (timm / safetensors / the presets' formats)
     checkpoint: Optional[str] = _f(None)
-    pretrained: bool = _f(False)
+    pretrained: bool = _f(False)  # load timm's pretrained weights from the hub (needs the internet or timm's cache)
+    # extra timm.create_model arguments, e.g. a tiny architecture {patch_size: 4, embed_dim: 64}
     timm_kwargs: Dict[str, Any] = _f({})
 
 
@@ -107,12 +113,14 @@ COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")  # torch.c
 
 @dataclass
 class Config:
+    # seeds the class order, initialisations and every stage (per task and stage, so resumed runs are exact)
     seed: int = _f(42)
     device: str = _f("auto")  # auto (CUDA if available), cpu, cuda or cuda:K
     # backbone autocast: off, bf16 or fp16 (with a loss scaler); prompts, gates, heads, statistics stay fp32
     amp: Union[str, bool] = _f("off")  # YAML reads a bare off as false: both mean "off"
     # torch.compile of the backbone forward: off, default, reduce-overhead or max-autotune (true = default)
     compile: Union[str, bool] = _f("off")
+    # evaluation and feature-extraction batch (changes no number: predictions are per sample)
     eval_batch_size: int = _f(256, ge=1)
     # true: classifier logits restricted to classes seen so far (standard class-incremental evaluation);
     # false: all classes compete in the argmax (authors' code). A method's own task inference is not affected.

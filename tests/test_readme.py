@@ -1,54 +1,142 @@
-"""The README's Python API examples run as written (in a scratch folder with the shipped configs)."""
+"""The README and the docs site say what the code does: examples run, the reference covers every key, the
+generated tables match the committed rows, the README stays a front page and every page is in the site."""
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
+import pytest
+import yaml
+
 REPO = Path(__file__).resolve().parents[1]
+DOCS = REPO / "docs"
+README_MAX_LINES = 250
 
 
-def python_blocks(section: str) -> list:
-    text = (REPO / "README.md").read_text()
-    body = text.split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
-    return re.findall(r"```python\n(.*?)```", body, flags=re.S)
+def python_blocks(path: Path, section: str = "") -> list:
+    text = path.read_text()
+    if section:
+        text = text.split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```python\n(.*?)```", text, flags=re.S)
 
 
-def test_python_api_examples_run(tmp_path, monkeypatch):
-    blocks = python_blocks("Python API")
-    assert len(blocks) >= 4
+def run_blocks(blocks, tmp_path, monkeypatch, name: str) -> dict:
     (tmp_path / "configs").symlink_to(REPO / "configs")
     monkeypatch.chdir(tmp_path)
     namespace: dict = {}
     for block in blocks:
-        exec(compile(block, "README.md", "exec"), namespace)  # noqa: S102 - our own documentation
+        exec(compile(block, name, "exec"), namespace)  # noqa: S102 - our own documentation
+    return namespace
+
+
+def test_the_readme_example_runs(tmp_path, monkeypatch):
+    blocks = python_blocks(REPO / "README.md", "Python example")
+    assert len(blocks) == 1 and len(blocks[0].strip().splitlines()) <= 12
+    namespace = run_blocks(blocks, tmp_path, monkeypatch, "README.md")
+    assert namespace["metrics"]["method"]["gate"] == {"name": "linear"}
+
+
+def test_python_api_page_examples_run(tmp_path, monkeypatch):
+    blocks = python_blocks(DOCS / "python-api.md")
+    assert len(blocks) >= 4
+    namespace = run_blocks(blocks, tmp_path, monkeypatch, "docs/python-api.md")
     assert namespace["again"]["acc_matrix"] == namespace["metrics"]["acc_matrix"]
     assert namespace["metrics"]["method"]["gate"] == {"name": "linear"}
     assert tuple(namespace["features"].shape) == (4, 64)
 
 
-def test_config_reference_lists_every_field_of_every_method():
-    """README "Config reference": each registered method has a section naming each of its config keys."""
-    import dataclasses
+def test_the_readme_is_a_front_page_and_its_links_resolve():
+    text = (REPO / "README.md").read_text()
+    assert len(text.splitlines()) <= README_MAX_LINES, "README.md is the front page: move reference text to docs/"
+    for target in re.findall(r"\]\(((?!https?://)[^)#]+)\)", text):
+        assert (REPO / target).exists(), f"README links to a missing file: {target}"
+    for command in ("make demo", "make test"):
+        assert command in text and command.split()[1] + ":" in (REPO / "Makefile").read_text()
 
-    from norga.methods import METHOD_CONFIGS
 
-    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    for name, cls in METHOD_CONFIGS.items():
-        match = re.search(rf"\*\*`method\.name: {name}`\*\*(.*?)(?=\n\*\*`method\.name: |\n## )", text, re.S)
-        assert match, f"README has no **`method.name: {name}`** section"
-        missing = [f.name for f in dataclasses.fields(cls) if f.name != "name" and f"`{f.name}" not in match.group(1)]
-        assert not missing, f"README section of method {name} lacks {missing}"
+def _nav_pages(nav) -> list:
+    pages = []
+    for item in nav:
+        value = next(iter(item.values())) if isinstance(item, dict) else item
+        pages += _nav_pages(value) if isinstance(value, list) else [value]
+    return pages
+
+
+def test_every_docs_page_is_in_the_site_navigation():
+    config = yaml.safe_load((REPO / "mkdocs.yml").read_text())
+    nav = set(_nav_pages(config["nav"]))
+    pages = {str(p.relative_to(DOCS)) for p in DOCS.rglob("*.md")}
+    assert pages == nav, f"pages without a nav entry: {sorted(pages - nav)}; nav entries without a page: " \
+                         f"{sorted(nav - pages)}"
+
+
+def test_the_generated_config_reference_covers_every_key_with_help():
+    from norga.config import Config, method_configs
+    from norga.config_reference import reference, rows
+    from norga.models.gates import GATES
+
+    text = reference()
+    for name, cls in method_configs().items():
+        section = text.split(f"## `method.name: {name}`\n", 1)[1].split("\n## ", 1)[0]
+        fields = [f.name for f in dataclasses.fields(cls) if f.name != "name"]
+        missing = [f for f in fields if not re.search(rf"\| `{f}(\.\w+)?` \|", section)]
+        assert not missing, f"the reference of method {name} lacks {missing}"
+    keys = {row[0] for row in rows(Config)}
+    assert {"seed", "data.num_tasks", "model.checkpoint", "logging.tensorboard"} <= keys
+    for gate in GATES.values():
+        assert f"name: {gate.name}" in text
+    every = [*rows(Config)] + [r for cls in method_configs().values() for r in rows(cls, skip=("name",))] + \
+            [r for gate in GATES.values() for r in rows(gate.Options)]
+    without_help = sorted({r[0] for r in every if not r[4].strip()})
+    assert not without_help, f"config fields without help (add a comment on the field's line): {without_help}"
+
+
+def test_the_config_reference_reads_help_from_comments_and_metadata():
+    from norga.config_reference import field_help
+
+    @dataclasses.dataclass
+    class Example:
+        plain: int = 1  # on the line
+        # above the field,
+        # on two lines
+        above: int = 2
+        given: int = dataclasses.field(default=3, metadata={"help": "from metadata"})  # not this
+        bare: int = 4
+
+    helps = field_help(Example)
+    assert (helps["plain"], helps["above"], helps["given"]) == ("on the line", "above the field, on two lines",
+                                                                "from metadata")
+    assert not helps.get("bare")  # and the coverage test above names such a field
 
 
 def test_benchmark_tables_match_the_committed_rows():
-    """Every table between <!-- bench:NAME --> markers is what bench/readme_tables.py makes of the rows."""
+    """Every table between <!-- bench:NAME --> markers, in the README or a docs page, is what
+    bench/readme_tables.py makes of the rows."""
     import sys
 
     sys.path.insert(0, str(REPO))
     from bench import readme_tables
     from bench.real_data_cpu import load_rows
 
-    text = (REPO / "README.md").read_text()
-    assert {m.group(1) for m in readme_tables.MARKER.finditer(text)} == set(readme_tables.BLOCKS)
-    stale = readme_tables.stale_blocks(text, load_rows(REPO / "bench" / "results" / "evidence_cpu"))
-    assert not stale, f"README tables {stale} are stale: run python bench/readme_tables.py"
+    rows = load_rows(REPO / "bench" / "results" / "evidence_cpu")
+    found = set()
+    for page in readme_tables.pages():
+        text = page.read_text()
+        found |= {m.group(1) for m in readme_tables.MARKER.finditer(text)}
+        stale = readme_tables.stale_blocks(text, rows)
+        assert not stale, f"{page}: tables {stale} are stale: run python bench/readme_tables.py"
+    assert found == set(readme_tables.BLOCKS)
+
+
+def test_the_site_builds_strictly(tmp_path):
+    """What .ci/run does: broken links, missing pages or a failing generator fail the build."""
+    pytest.importorskip("mkdocs", reason="the docs tools come with the dev extra: pip install -e '.[dev]'")
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+                            cwd=REPO, capture_output=True, text=True, env={"NO_MKDOCS_2_WARNING": "1",
+                                                                            **__import__("os").environ})
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "method.name: norga" in (tmp_path / "site" / "configs" / "index.html").read_text()

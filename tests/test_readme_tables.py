@@ -90,9 +90,9 @@ def test_main_check_fails_on_a_stale_readme_and_passes_after_a_rewrite(tmp_path,
     readme, results = tmp_path / "README.md", tmp_path / "rows"
     readme.write_text(TEXT)
     results.with_suffix(".json").write_text(json.dumps(_rows()))
-    args = ["--readme", str(readme), "--results", str(results)]
+    args = ["--files", str(readme), "--results", str(results)]
     assert readme_tables.main(args + ["--check"]) == 1
     assert "['moe-pairs', 'headwise-arms']" in capsys.readouterr().err
     assert readme_tables.main(args) == 0 and readme_tables.main(args + ["--check"]) == 0
     with pytest.raises(SystemExit, match="no rows"):
-        readme_tables.main(["--readme", str(readme), "--results", str(tmp_path / "none")])
+        readme_tables.main(["--files", str(readme), "--results", str(tmp_path / "none")])

@@ -32,6 +32,7 @@ class CODAConfig(MethodConfig):
     epochs: int = _f(20, ge=0)  # official CIFAR-100: 20; ImageNet-R: 50
     lr: float = _f(0.001, gt=0.0)  # official: Adam 1e-3, no batch scaling
     batch_size: int = _f(128, ge=1)  # official: 128
+    # official: cos(0.99 (pi/2) e / (E - 1)) per epoch; cosine: to 0 over the epochs; constant
     schedule: str = _f("coda_cosine", choices=("coda_cosine", "cosine", "constant"))
     grad_clip: Optional[float] = _f(None, gt=0.0)  # official: none
     head_init: str = _f("pytorch", choices=("trunc_normal", "pytorch"))  # official: nn.Linear's default

@@ -29,11 +29,12 @@ class DualPromptConfig(MethodConfig):
     pull_coeff: float = _f(1.0, ge=0.0)  # total = CE - pull_coeff * mean cos(query, key of the task's E-prompt)
     # previous: task t's E-prompt starts as a copy of task t-1's (official shared_prompt_pool); uniform: U(-1, 1)
     e_prompt_init: str = _f("previous", choices=("previous", "uniform"))
-    epochs: int = _f(5, ge=0)
+    epochs: int = _f(5, ge=0)  # training epochs per task
     lr: float = _f(0.03, gt=0.0)  # x batch / 256 when scale_lr_by_batch (official: 0.03 x 24 / 256)
-    batch_size: int = _f(24, ge=1)
-    scale_lr_by_batch: bool = _f(True)
-    grad_clip: float = _f(1.0, gt=0.0)
+    batch_size: int = _f(24, ge=1)  # training batch
+    scale_lr_by_batch: bool = _f(True)  # lr x batch/256 (official)
+    grad_clip: float = _f(1.0, gt=0.0)  # max gradient norm (official 1.0)
+    # classifier init: trunc_normal(0.02), bias 0, or PyTorch's default
     head_init: str = _f("trunc_normal", choices=("trunc_normal", "pytorch"))
 
     def __post_init__(self):

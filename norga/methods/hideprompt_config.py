@@ -18,19 +18,20 @@ from .gate_section import gate_section
 
 @dataclass
 class StatsConfig:
+    # per-class Gaussians: full covariance, diagonal variance, or several centroids
     kind: str = _f("covariance", choices=("covariance", "variance", "multi_centroid"))
-    ridge: float = _f(1e-4, ge=0.0)
-    n_centroids: int = _f(10, ge=1)
+    ridge: float = _f(1e-4, ge=0.0)  # added to the covariance diagonal (authors: 1e-4)
+    n_centroids: int = _f(10, ge=1)  # centroids per class of kind multi_centroid
 
 
 @dataclass
 class TIIConfig:
-    epochs: int = _f(20, ge=0)
-    lr: float = _f(0.0005, gt=0.0)
-    batch_size: int = _f(128, ge=1)
-    mlp_ratios: List[int] = _f([2])
-    align_epochs: int = _f(30, ge=0)
-    align_lr: float = _f(0.005, gt=0.0)
+    epochs: int = _f(20, ge=0)  # stage 1: epochs of the task-identity head (Adam)
+    lr: float = _f(0.0005, gt=0.0)  # TII learning rate (x batch/256 under scale_lr_by_batch)
+    batch_size: int = _f(128, ge=1)  # TII batch (also the alignment batch)
+    mlp_ratios: List[int] = _f([2])  # hidden widths of the TII head's MLP as multiples of D
+    align_epochs: int = _f(30, ge=0)  # eq. 59 alignment of the TII head on uninstructed pseudo-features (tasks t > 0)
+    align_lr: float = _f(0.005, gt=0.0)  # alignment lr (SGD momentum 0.9, cosine)
     samples_per_class: int = _f(128, ge=1)  # pseudo-features per seen class and alignment epoch
     align_batches: str = _f("old_classes", choices=("old_classes", "all"))  # batches per alignment epoch
     scale_align_lr: bool = _f(True)  # align_lr * batch / 256 too (authors' code), when scale_lr_by_batch
@@ -42,12 +43,12 @@ class TIIConfig:
 
 @dataclass
 class WTPConfig:
-    epochs: int = _f(50, ge=0)
-    lr: float = _f(0.03, gt=0.0)
-    batch_size: int = _f(128, ge=1)
-    schedule: str = _f("step", choices=("constant", "step", "cosine"))
-    milestones: List[int] = _f([30])
-    gamma: float = _f(0.1, gt=0.0)
+    epochs: int = _f(50, ge=0)  # stage 2: epochs of the task's prompt and the classifier head (Adam)
+    lr: float = _f(0.03, gt=0.0)  # prompt (and task-0 gate) lr, x batch/256 under scale_lr_by_batch
+    batch_size: int = _f(128, ge=1)  # training batch of WTP (the augmented loader's)
+    schedule: str = _f("step", choices=("constant", "step", "cosine"))  # lr schedule over the WTP epochs
+    milestones: List[int] = _f([30])  # epochs of the step schedule's decays
+    gamma: float = _f(0.1, gt=0.0)  # the step schedule's factor
     min_lr: float = _f(1e-5, ge=0.0)  # floor of the cosine schedule (timm's lr_min in the authors' scripts)
     # timm: scheduler.step(epoch) after each epoch sets the next epoch's lr from the finished epoch's index, so a
     # change "at epoch 30" first applies to 0-based epoch 31 (authors); torch: it applies to epoch 30
@@ -57,17 +58,17 @@ class WTPConfig:
     # official: CE(M M^T / temperature, identity) on M = [old class means; batch features], every task (authors'
     # code); eq56: the paper's eq. 56 on L2-normalised features, tasks t > 0 only
     reg_form: str = _f("official", choices=("official", "eq56"))
-    temperature: float = _f(0.8, gt=0.0)
+    temperature: float = _f(0.8, gt=0.0)  # tau of the contrastive regulariser
     momentum: float = _f(0.01, ge=0.0, le=1.0)  # prompt-ensemble m
-    grad_clip: Optional[float] = _f(1.0, gt=0.0)
+    grad_clip: Optional[float] = _f(1.0, gt=0.0)  # max gradient norm in WTP (null: off; authors 1.0, 5-Datasets 2.0)
     label_smoothing: float = _f(0.0, ge=0.0, le=1.0)  # authors' code: none (the flag is parsed, never used)
     prompt_writeback: bool = _f(True)  # after WTP store p_t (ensembled) as e_t (authors); false: keep raw e_t
 
 
 @dataclass
 class TAPConfig:
-    epochs: int = _f(80, ge=0)
-    lr: float = _f(0.05, gt=0.0)
+    epochs: int = _f(80, ge=0)  # eq. 58 alignment of the classifier head on instructed pseudo-features
+    lr: float = _f(0.05, gt=0.0)  # TAP lr (SGD momentum 0.9, cosine; never scaled by the batch)
     batch_size: int = _f(640, ge=1)  # authors: 5 x the training batch
     samples_per_class: int = _f(640, ge=1)  # authors: 5 x the training batch
     batches: str = _f("old_classes", choices=("old_classes", "all"))  # batches per epoch (see tii.align_batches)
@@ -87,9 +88,9 @@ class HiDePromptConfig(MethodConfig):
     its options are checked against the gate's own ``Options`` when the run is built (``norga list`` shows them)."""
 
     name: str = _f("hideprompt")
-    prompt_layers: List[int] = _f([0, 1, 2, 3, 4])
+    prompt_layers: List[int] = _f([0, 1, 2, 3, 4])  # blocks that get prefix prompts
     prompt_length: int = _f(5, ge=0)  # 0: no prompts (frozen-backbone reference with the same TII/TAP)
-    gate: Dict[str, Any] = _f(HIDEPROMPT_GATE)
+    gate: Dict[str, Any] = _f(HIDEPROMPT_GATE)  # the prefix gate {name, options}: hideprompt takes {name: linear} only
     scale_lr_by_batch: bool = _f(True)  # TII, TII-alignment (see tii.scale_align_lr) and WTP lr * batch / 256
     head_init: str = _f("trunc_normal", choices=("trunc_normal", "pytorch"))  # linear layers of both heads
     # per-task evidence that WTP, the prompt and the gate did work (norga.methods.hideprompt_diagnostics); changes
@@ -134,7 +135,7 @@ class NoRGaConfig(HiDePromptConfig):
     HiDe-Prompt control)."""
 
     name: str = _f("norga")
-    gate: Dict[str, Any] = _f(NORGA_GATE)
+    gate: Dict[str, Any] = _f(NORGA_GATE)  # the prefix gate {name, options}: any registered gate (Gates below)
 
     @staticmethod
     def default_gate() -> Dict[str, Any]:

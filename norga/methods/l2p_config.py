@@ -28,11 +28,12 @@ class L2PConfig(MethodConfig):
     head_pool: str = _f("prompt_mean", choices=("prompt_mean", "token"))
     pull_coeff: float = _f(0.1, ge=0.0)  # surrogate loss: total = CE - pull_coeff * (sum of selected cos) / B
     init: str = _f("uniform", choices=("uniform",))  # prompts and keys ~ U(-1, 1) (l2p-pytorch)
-    epochs: int = _f(5, ge=0)
+    epochs: int = _f(5, ge=0)  # training epochs per task
     lr: float = _f(0.03, gt=0.0)  # x batch / 256 when scale_lr_by_batch (l2p-pytorch: 0.03 x 16 / 256)
-    batch_size: int = _f(16, ge=1)
-    scale_lr_by_batch: bool = _f(True)
-    grad_clip: float = _f(1.0, gt=0.0)
+    batch_size: int = _f(16, ge=1)  # training batch
+    scale_lr_by_batch: bool = _f(True)  # lr x batch/256 (official)
+    grad_clip: float = _f(1.0, gt=0.0)  # max gradient norm (official 1.0)
+    # classifier init: trunc_normal(0.02), bias 0, or PyTorch's default
     head_init: str = _f("trunc_normal", choices=("trunc_normal", "pytorch"))
 
     def __post_init__(self):

@@ -24,18 +24,19 @@ class MoEAdapterConfig(MethodConfig):
     experts: int = _f(4, ge=1)  # K experts per router (paper: 4)
     top_k: int = _f(1, ge=1)  # experts selected per router (paper: top-1)
     rank: int = _f(9, ge=1)  # LoRA rank r of every expert
-    epochs: int = _f(5, ge=0)
+    epochs: int = _f(5, ge=0)  # training epochs per task
     lr: float = _f(1e-3, gt=0.0)  # AdamW, cosine to 0 over the epochs (paper's optimiser family)
     weight_decay: float = _f(0.01, ge=0.0)  # paper: 0.01 (betas 0.9 / 0.95, eps 1e-6)
-    batch_size: int = _f(32, ge=1)
-    grad_clip: Optional[float] = _f(1.0, gt=0.0)
+    batch_size: int = _f(32, ge=1)  # training batch
+    grad_clip: Optional[float] = _f(1.0, gt=0.0)  # max gradient norm (null: off)
     # aligned: after each task the head is re-trained on Gaussian pseudo-features of every seen class (HiDe's
     # TAP on class statistics of the adapted features); ce: only the cross-entropy of each task (within its
     # classes) trains the head. Both methods use the same protocol in every comparison.
     classifier: str = _f("aligned", choices=("aligned", "ce"))
-    align_epochs: int = _f(10, ge=0)
+    align_epochs: int = _f(10, ge=0)  # epochs of the head's alignment on pseudo-features (classifier: aligned)
     align_lr: float = _f(0.01, gt=0.0)  # SGD momentum 0.9, cosine, as TAP
-    align_samples_per_class: int = _f(64, ge=2)
+    align_samples_per_class: int = _f(64, ge=2)  # pseudo-features per seen class and alignment epoch
+    # per-class Gaussians of the adapted features: full covariance or diagonal
     stats_kind: str = _f("covariance", choices=("covariance", "variance"))
 
 

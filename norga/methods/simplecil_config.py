@@ -16,4 +16,4 @@ class SimpleCILConfig(MethodConfig):
     """
 
     name: str = _f("simplecil")
-    metric: str = _f("cosine", choices=("cosine", "euclidean"))
+    metric: str = _f("cosine", choices=("cosine", "euclidean"))  # similarity of a test feature to each class mean

@@ -35,4 +35,5 @@ class SPromptConfig(MethodConfig):
     optimizer: str = _f("sgd", choices=("sgd", "adam"))  # official: SGD momentum 0.9
     weight_decay: float = _f(2e-4, ge=0.0)  # official: 2e-4 after the first task
     schedule: str = _f("cosine", choices=("cosine", "constant"))  # official: CosineAnnealingLR over the epochs
+    # classifier init: trunc_normal(0.02), bias 0, or PyTorch's default
     head_init: str = _f("trunc_normal", choices=("trunc_normal", "pytorch"))
