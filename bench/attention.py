@@ -1,6 +1,6 @@
 """Cost of prefix attention on a ViT-B/16 (random weights), CPU, one process.
 
-    python bench/attention.py [--batch 8 32] [--repeats 5] [--threads 2]
+    python -m bench.attention [--batch 8 32] [--repeats 5] [--threads 2]
 
 One "step" = forward + backward. Rows:
 

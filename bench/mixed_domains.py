@@ -1,6 +1,6 @@
 """A mixed-domain task sequence from the real data reachable offline, in the spirit of 5-Datasets.
 
-    python bench/mixed_domains.py --out runs/bench_data/mixed_domains.npz   # normally called by real_data_cpu.py
+    python -m bench.mixed_domains --out runs/bench_data/mixed_domains.npz   # normally called by real_data_cpu.py
 
 One fixed task per domain, 10 classes each (``DOMAINS``): MNIST digits, Fashion-MNIST
 garments and CIFAR-100 class groups. Grey 28 px images are zero-padded to 32 px

@@ -1,4 +1,5 @@
-"""The head-wise routing arms of the evidence benchmark (issue #21), fixed before any of them ran.
+"""The head-wise routing arms of the evidence benchmark (issue #21), fixed before any of them ran; their
+configs are ``configs/bench/evidence/<arm>.yaml`` (this module reports them: route statistics and tables).
 
 Backbone of the regime: DINOv2 ViT-S/14 (width D = 384, 6 attention heads of 64, 12 blocks) at 56 px
 (17 tokens). Every arm trains 20 epochs at batch 25 (the prompted arms' WTP budget), adapters on all 12
@@ -30,27 +31,23 @@ import math
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from bench.regimes import REGIMES
+from norga.config import read_config_file
 from norga.summary_stats import describe, difference_text, paired, table_head
 
-MOE = "method={{name: {name}, epochs: 20, batch_size: 25, experts: {k}, top_k: {top}, rank: {rank}{extra}}}"
+EVIDENCE = REGIMES["evidence"]
+MOE_METHODS = ("lora_moe", "mh_moe")
 
 
-def moe_arm(name: str, experts: int, top_k: int, rank: int, heads: int = 0) -> List[str]:
-    return [MOE.format(name=name, k=experts, top=top_k, rank=rank, extra=f", heads: {heads}" if heads else "")]
+def is_moe_arm(arm: str) -> bool:
+    """Whether ``arm`` of the evidence regime runs MoE adapters (its config, configs/bench/evidence/<arm>.yaml)."""
+    if arm not in EVIDENCE.all_arms():
+        return False
+    return read_config_file(EVIDENCE.arm_config(arm)).get("method", {}).get("name") in MOE_METHODS
 
 
-ROUTING_ARMS: Dict[str, List[str]] = {
-    "lora_moe": moe_arm("lora_moe", 4, 1, 7),
-    "mh_moe": moe_arm("mh_moe", 4, 1, 2, heads=6),
-    "lora_moe_k16_top5": moe_arm("lora_moe", 16, 5, 2),
-    "mh_moe_h2": moe_arm("mh_moe", 4, 1, 2, heads=2),
-    "mh_moe_h4": moe_arm("mh_moe", 4, 1, 2, heads=4),
-    "mh_moe_h8": moe_arm("mh_moe", 4, 1, 2, heads=8),
-    "norga_headwise": ["method.gate={name: norga_headwise, activation: tanh}"],
-}
-ROUTING_PAIRS = [("mh_moe", "lora_moe"), ("mh_moe", "lora_moe_k16_top5"), ("mh_moe", "no_prompt"),
-                 ("lora_moe", "no_prompt"), ("norga_headwise", "norga_tanh"), ("norga_headwise", "hideprompt"),
-                 ("mh_moe_h8", "mh_moe_h2")]
+ROUTING_ARMS = [a for a in EVIDENCE.all_arms() if is_moe_arm(a)]  # in the regime's order
+ROUTING_PAIRS = [p for p in EVIDENCE.pairs if is_moe_arm(p[0]) and is_moe_arm(p[1])]
 MOE_COLUMNS = ("FA", "BWT", "FM", "n_eff_route", "n_eff_path", "dL_hi_lo")
 
 
@@ -75,10 +72,6 @@ def _values_by_seed(rows: List[dict], arm: str, key: str) -> Dict[int, float]:
     scale = 100 if key in ("FA", "BWT", "FM") else 1
     return {r["seed"]: scale * r[key] for r in rows
             if r["run"] == arm and r.get(key) is not None and not math.isnan(r[key])}
-
-
-def is_moe_arm(arm: str) -> bool:
-    return arm in ROUTING_ARMS and "moe" in arm
 
 
 def routing_lines(rows: List[dict], arms: Optional[Sequence[str]] = None) -> List[str]:

@@ -1,7 +1,7 @@
 """The benchmark tables of the README and the docs pages, generated from the committed rows.
 
-    python bench/readme_tables.py            # rewrite every marked table of README.md and docs/**/*.md
-    python bench/readme_tables.py --check    # exit 1, naming the stale tables, if a file differs
+    python -m bench.readme_tables            # rewrite every marked table of README.md and docs/**/*.md
+    python -m bench.readme_tables --check    # exit 1, naming the stale tables, if a file differs
 
 A generated table sits between two HTML comments (invisible on GitHub)::
 
@@ -23,12 +23,10 @@ from functools import cached_property
 from pathlib import Path
 from typing import Callable, Dict, List
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from bench import real_data_cpu  # noqa: E402
-from bench.moe_arms import routing_lines, routing_pair_lines  # noqa: E402
-from norga.summary_stats import table_head  # noqa: E402
+from bench import real_data_cpu
+from bench.moe_arms import routing_lines, routing_pair_lines
+from bench.regimes import REPO
+from norga.summary_stats import table_head
 
 
 @dataclass
@@ -121,7 +119,7 @@ def typographic(line: str) -> str:
 
 def render_block(name: str, results: Results) -> str:
     lines = [typographic(ln) for ln in BLOCKS[name](results)]
-    missing = f"*No rows yet for `{name}`: run `python bench/real_data_cpu.py --only {' '.join(BLOCK_ARMS[name])}`.*"
+    missing = f"*No rows yet for `{name}`: run `python -m bench.real_data_cpu --only {' '.join(BLOCK_ARMS[name])}`.*"
     return "\n".join(lines or [missing]) + "\n"
 
 
@@ -169,7 +167,7 @@ def main(argv=None) -> int:
             if stale:
                 stale_files.append(path)
                 print(f"{path}: tables {stale} differ from {args.results.with_suffix('.json')}; "
-                      "run python bench/readme_tables.py", file=sys.stderr)
+                      "run python -m bench.readme_tables", file=sys.stderr)
         elif MARKER.search(text):
             path.write_text(render(text, rows))
     return 1 if stale_files else 0

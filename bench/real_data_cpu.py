@@ -1,22 +1,21 @@
 """Real-data benchmarks on a 2-core CPU: NoRGa vs HiDe-Prompt (linear gate) vs no prompts, paired over seeds.
 
-    python bench/real_data_cpu.py                                   # the evidence regime, all arms, seeds 1-5
-    python bench/real_data_cpu.py --seeds 1 2 --only no_prompt      # a part of it (resumes, appends rows)
-    python bench/real_data_cpu.py --quick                           # < 2 minutes: every arm, 2 seeds, tiny budget
-    python bench/real_data_cpu.py --regime cifar100_first --seeds 42 43   # the first, too-small regime
+    python -m bench.real_data_cpu                                   # the evidence regime, all arms, seeds 1-5
+    python -m bench.real_data_cpu --seeds 1 2 --only no_prompt      # a part of it (resumes, appends rows)
+    python -m bench.real_data_cpu --quick                           # < 2 minutes: every arm, 2 seeds, tiny budget
+    python -m bench.real_data_cpu --regime cifar100_first --seeds 42 43   # the first, too-small regime
 
-A regime (``REGIMES``) is a base config plus its arms; every arm changes only the
-overrides listed for it, so data subset, class order and initialisation are the same
-for all arms of a seed (paired). Each run is a normal run directory under
+A regime is a base config plus its arms, as data: ``configs/bench/<regime>/regime.yaml`` and one
+``<arm>.yaml`` per arm (``base:`` the regime's config plus only the arm's keys; :mod:`bench.regimes`),
+so data subset, class order and initialisation are the same for all arms of a seed (paired). Each run is a normal run directory under
 ``--runs-dir`` (re-running resumes it; a finished run is only re-read), and its row is
 written to ``bench/results/<regime>.md`` / ``.json`` as soon as it finishes, with the
 per-arm statistics (mean ± std, 95% t interval over seeds), the paired differences
 of ``Regime.pairs`` and a figure (``.png``) refreshed after every run.
 
-Regimes: ``evidence`` (configs/bench/evidence_cpu.yaml: a mixed-domain sequence of
-MNIST, Fashion-MNIST and two CIFAR-100 groups built by bench/mixed_domains.py;
-why this regime: README "Evidence benchmark") and ``cifar100_first``
-(configs/bench/cifar100_cpu.yaml: the first regime, kept for reference).
+Regimes: ``evidence`` (configs/bench/evidence/: a mixed-domain sequence of MNIST, Fashion-MNIST and
+two CIFAR-100 groups built by bench/mixed_domains.py; why this regime: the docs' results page) and
+``cifar100_first`` (configs/bench/cifar100_first/: the first regime, kept for reference).
 """
 from __future__ import annotations
 
@@ -26,44 +25,16 @@ import math
 import os
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Tuple
+from typing import Dict, List
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from bench import mixed_domains  # noqa: E402
-from bench.moe_arms import (ROUTING_ARMS, ROUTING_PAIRS, is_moe_arm, routing_fields, routing_lines,  # noqa: E402
-                            routing_pair_lines)
-from norga.config import load_config  # noqa: E402
-from norga.summary_stats import describe, difference_text, paired, table_head  # noqa: E402
+from bench import mixed_domains
+from bench.moe_arms import is_moe_arm, routing_fields, routing_lines, routing_pair_lines
+from bench.regimes import REGIMES, REPO, Regime
+from norga.summary_stats import describe, difference_text, paired, table_head
 
 WEIGHTS_FILE = "weights/dinov2_vits14_imgfocus.safetensors"
 STAT_COLUMNS = ("FA", "CA", "FM", "TIL_FA")
-
-
-@dataclass(frozen=True)
-class Regime:
-    config: str  # base config, relative to the repository
-    arms: Dict[str, List[str]]  # arm -> overrides on top of the config (the only differences between arms)
-    seeds: List[int]  # default seeds
-    quick: List[str]  # overrides of --quick
-    data: Callable[[argparse.Namespace], Path]  # -> data.root (built if needed)
-    pairs: List[Tuple[str, str]] = field(default_factory=list)  # (a, b): a − b paired by seed
-    description: str = ""
-    optional: Dict[str, List[str]] = field(default_factory=dict)  # arms run only when named with --only
-
-    def all_arms(self) -> Dict[str, List[str]]:
-        return {**self.arms, **self.optional}
-
-    def overrides(self, arm: str, quick: bool) -> List[str]:
-        """The arm's overrides (+ --quick's; an arm with its own method section: data keys + 1 epoch)."""
-        if not quick:
-            return self.all_arms()[arm]
-        if not any(o.startswith("method=") for o in self.all_arms()[arm]):  # the regime's method, changed
-            return self.all_arms()[arm] + self.quick
-        return self.optional[arm] + [o for o in self.quick if o.startswith("data.")] + ["method.epochs=1"]
 
 
 def cifar100_root(args) -> Path:
@@ -74,40 +45,7 @@ def mixed_root(args) -> Path:
     return mixed_domains.build(args.shared, args.fashion_dir, args.data_dir / "mixed_domains.npz")
 
 
-LINEAR, TANH, NO_PROMPT = ["method.gate={name: linear}"], ["method.gate={name: norga, activation: tanh}"], \
-    ["method.prompt_length=0"]
-REGIMES: Dict[str, Regime] = {
-    "evidence": Regime(
-        "configs/bench/evidence_cpu.yaml",
-        {"hideprompt": LINEAR, "norga_tanh": TANH, "no_prompt": NO_PROMPT},
-        seeds=[1, 2, 3, 4, 5],
-        quick=["data.train_per_class=4", "data.test_per_class=4", "method.wtp.epochs=1", "method.tii.epochs=2",
-               "method.tii.align_epochs=1", "method.tap.epochs=1", "method.tap.samples_per_class=8"],
-        data=mixed_root,
-        pairs=[("norga_tanh", "hideprompt"), ("hideprompt", "no_prompt"), ("norga_tanh", "no_prompt"),
-               ("sprompt", "no_prompt"), ("l2p", "no_prompt"), ("dualprompt", "no_prompt"), ("coda", "no_prompt"),
-               ("norga_tanh", "sprompt"), ("norga_tanh", "l2p"), ("norga_tanh", "dualprompt"), ("norga_tanh", "coda"),
-               *ROUTING_PAIRS],
-        # baselines with the WTP budget (20 epochs, batch 25, no augmentation) and each method's own lr recipe
-        optional={"sprompt": ["method={name: sprompt, epochs: 20, batch_size: 25, lr: 0.01}"],
-                  "l2p": ["method={name: l2p, epochs: 20, batch_size: 25, lr: 0.03, scale_lr_by_batch: true}"],
-                  "dualprompt": ["method={name: dualprompt, epochs: 20, batch_size: 25, lr: 0.03, "
-                                 "scale_lr_by_batch: true}"],
-                  "coda": ["method={name: coda, epochs: 20, batch_size: 25, lr: 0.001}"], **ROUTING_ARMS},
-        description="mixed domains (MNIST, Fashion-MNIST, 2 CIFAR-100 groups; 4 tasks x 10 classes), "
-                    "configs/bench/evidence_cpu.yaml"),
-    "cifar100_first": Regime(
-        "configs/bench/cifar100_cpu.yaml",
-        {"hideprompt": LINEAR, "norga_tanh": TANH,
-         "norga_sigmoid": ["method.gate.name=norga", "method.gate.activation=sigmoid"],
-         "norga_gelu": ["method.gate.name=norga", "method.gate.activation=gelu"], "no_prompt": NO_PROMPT},
-        seeds=[42],
-        quick=["data.num_tasks=2", "data.classes_per_task=50", "data.train_per_class=3", "data.test_per_class=2",
-               "method.wtp.epochs=1", "method.tii.epochs=5", "method.tii.align_epochs=2", "method.tap.epochs=2"],
-        data=cifar100_root,
-        pairs=[("norga_tanh", "hideprompt"), ("hideprompt", "no_prompt")],
-        description="Split CIFAR-100 (10 x 10, reduced: see configs/bench/cifar100_cpu.yaml), the first regime"),
-}
+DATA = {"cifar100": cifar100_root, "mixed_domains": mixed_root}  # regime.yaml's ``data`` -> data.root builder
 
 
 def check_weights(shared: Path) -> None:
@@ -144,9 +82,8 @@ def row_of(arm: str, seed: int, metrics: dict, minutes: float) -> dict:
 def run_one(regime: Regime, arm: str, seed: int, args) -> dict:
     from norga.engine import run_training
 
-    overrides = regime.overrides(arm, args.quick) + [f"seed={seed}", f"data.root={args.data_root}",
-                                                    f"model.checkpoint={args.shared / WEIGHTS_FILE}"]
-    cfg = load_config(REPO / regime.config, overrides)
+    cfg = regime.config(arm, args.quick, [f"seed={seed}", f"data.root={args.data_root}",
+                                          f"model.checkpoint={args.shared / WEIGHTS_FILE}"])
     start = time.time()
     metrics = run_training(cfg, args.runs_dir / f"{arm}_seed{seed}")
     if metrics.get("completed_tasks") != cfg.data.num_tasks:
@@ -312,10 +249,8 @@ def parse_args(argv=None):
         p.error(f"unknown arm(s) {unknown} for regime {args.regime}; arms: {sorted(regime.arms)}, "
                 f"optional (run only with --only): {sorted(regime.optional)}")
     suffix = "_quick" if args.quick else ""
-    stem = {"cifar100_first": "cifar100_cpu", "evidence": "evidence_cpu"}[args.regime]
-    runs = {"cifar100_first": "bench_cifar100_cpu_authors", "evidence": "bench_evidence_cpu"}[args.regime]
-    args.runs_dir = args.runs_dir or REPO / "runs" / f"{runs}{suffix}"
-    args.results = args.results or REPO / "bench" / "results" / f"{stem}{suffix}"
+    args.runs_dir = args.runs_dir or REPO / "runs" / f"{regime.runs}{suffix}"
+    args.results = args.results or REPO / "bench" / "results" / f"{regime.results}{suffix}"
     return args, regime
 
 
@@ -340,9 +275,9 @@ def main(argv=None) -> int:
         print(args.results.with_suffix(".md").read_text())
         return 0
     check_weights(args.shared)
-    args.data_root = regime.data(args)
+    args.data_root = DATA[regime.data](args)
     for seed in args.seeds or (regime.seeds[:2] if args.quick else regime.seeds):
-        for arm in args.only or list(regime.arms):
+        for arm in args.only or regime.arms:
             row = run_one(regime, arm, seed, args)
             rows = [r for r in rows if (r["run"], r["seed"]) != (arm, seed)] + [row]
             save_results(rows, regime, args.results, header)

@@ -1,7 +1,7 @@
 """How the evidence regime was found: TIL gain of a trained prompt over a frozen-feature probe vs WTP budget.
 
-    python bench/regime_search.py            # the fixed grid below, ~16 min on 2 cores; resumes
-    python bench/regime_search.py --quick    # one tiny point (smoke check)
+    python -m bench.regime_search            # the fixed grid below, ~16 min on 2 cores; resumes
+    python -m bench.regime_search --quick    # one tiny point (smoke check)
 
 One task of one domain of the mixed-domain data (bench/mixed_domains.py), seed 0 (the
 evidence benchmark uses seeds 1-5), the **linear gate only** (HiDe-Prompt), so the
@@ -32,12 +32,11 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from bench import mixed_domains
+from bench.real_data_cpu import WEIGHTS_FILE, check_weights
+from norga.config import load_config
 
-from bench import mixed_domains  # noqa: E402
-from bench.real_data_cpu import WEIGHTS_FILE, check_weights  # noqa: E402
-from norga.config import load_config  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 CONFIG = REPO / "configs" / "bench" / "evidence_cpu.yaml"
 GRID = {"domain": ["cifar100_a", "fashion_mnist"], "transforms": ["backbone", "plain"], "wtp_epochs": [3, 10, 20]}

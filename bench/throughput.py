@@ -1,11 +1,11 @@
 """Throughput of a config's backbone on this machine: images/s of the prompt-training step, frozen feature
 extraction and prompted evaluation, peak memory per batch size, and the per-stage seconds of one task.
 
-    python bench/throughput.py                                        # smoke config, CPU, amp off and bf16
-    python bench/throughput.py --config configs/cifar100_norga.yaml --device cuda --amp off bf16 fp16 \\
+    python -m bench.throughput                                        # smoke config, CPU, amp off and bf16
+    python -m bench.throughput --config configs/cifar100_norga.yaml --device cuda --amp off bf16 fp16 \\
         --batch 32 128 --steps 10                                     # a GPU user's run (needs the weights)
-    python bench/throughput.py --task                                 # + per-stage seconds of task 0
-    python bench/throughput.py --compile default --amp off            # the backbone through torch.compile
+    python -m bench.throughput --task                                 # + per-stage seconds of task 0
+    python -m bench.throughput --compile default --amp off            # the backbone through torch.compile
 
 Rows (one per amp mode and batch size), on random images of the config's input size:
 
@@ -39,15 +39,12 @@ from typing import Callable, Dict, List
 
 import torch
 
+from bench.attention import peak_bytes  # the profiler replay of bench/attention.py
+from norga.config import load_config
+from norga.models import PromptedViT, PromptPool
+from norga.toolkit.devices import resolve_device
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "bench"))
-
-from attention import peak_bytes  # noqa: E402 - bench/attention.py's profiler replay
-
-from norga.config import load_config  # noqa: E402
-from norga.toolkit.devices import resolve_device  # noqa: E402
-from norga.models import PromptedViT, PromptPool  # noqa: E402
 from norga.models.gates import resolve_gate_spec  # noqa: E402
 from norga.models.compilation import compile_mode  # noqa: E402
 from norga.models.precision import amp_mode  # noqa: E402

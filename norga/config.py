@@ -226,7 +226,7 @@ def merge_configs(base: Dict[str, Any], own: Dict[str, Any]) -> Dict[str, Any]:
     for key, value in own.items():
         old = merged.get(key)
         renamed = isinstance(old, dict) and isinstance(value, dict) and value.get("name", old.get("name")) != \
-            old.get("name") and not (key == "method" and _same_options(old.get("name"), value.get("name")))
+            old.get("name") and not (key == "method" and same_options(old.get("name"), value.get("name")))
         # another method or gate: the base's options belong to the other one (unless the two methods share them)
         if isinstance(old, dict) and isinstance(value, dict) and not renamed:
             merged[key] = merge_configs(old, value)
@@ -235,8 +235,8 @@ def merge_configs(base: Dict[str, Any], own: Dict[str, Any]) -> Dict[str, Any]:
     return merged
 
 
-def _same_options(a: Any, b: Any) -> bool:
-    """Whether methods ``a`` and ``b`` read the same options (one's config section extends the other's, e.g.
+def same_options(a: Any, b: Any) -> bool:
+    """Whether registered methods ``a`` and ``b`` read the same options (one's config section extends the other's, e.g.
     ``norga`` and ``hideprompt``): a child config may then switch between them and keep its base's values."""
     known = method_configs()
     if not (isinstance(a, str) and isinstance(b, str) and a in known and b in known):

@@ -9,6 +9,7 @@ import torch
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED = REPO_ROOT.parent / "shared"
+SMOKE = REPO_ROOT / "configs" / "smoke.yaml"  # the main job's embedded default: tiny random ViT, synthetic data
 
 
 def tiny_vit(seed: int = 0, **overrides):

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import List, Optional
 
 REPO = Path(__file__).resolve().parents[1]
-SMOKE = REPO / "configs" / "smoke.yaml"
+SMOKE = REPO / "configs" / "smoke.yaml"  # = conftest.SMOKE (faults also runs as a script, without conftest)
 ENV = {**os.environ, "OMP_NUM_THREADS": "2", "PYTHONPATH": str(REPO)}
 
 # configs/smoke.yaml shrunk to 3 tasks x 2 classes and a few epochs: every stage runs, ~5 s of training

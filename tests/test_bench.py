@@ -112,11 +112,11 @@ def test_unresolved_difference_is_not_marked(tmp_path):
 
 @pytest.mark.parametrize("regime", sorted(real_data_cpu.REGIMES))
 def test_every_arm_resolves_to_a_valid_config(regime, tmp_path):
-    """Each arm's overrides load on the regime's config and differ from the other arms only in method keys."""
+    """Each arm's config loads and differs from the other arms only in method keys."""
     r = real_data_cpu.REGIMES[regime]
-    configs = {arm: load_config(REPO_ROOT / r.config, r.overrides(arm, quick=False)) for arm in r.all_arms()}
+    configs = {arm: r.config(arm, quick=False) for arm in r.all_arms()}
     for arm in r.all_arms():
-        quick = load_config(REPO_ROOT / r.config, r.overrides(arm, quick=True))
+        quick = r.config(arm, quick=True)
         assert quick.method.name == configs[arm].method.name and quick.data.name == configs[arm].data.name
     data = {c.data.name for c in configs.values()}, {c.data.num_tasks for c in configs.values()}
     assert all(len(s) == 1 for s in data)
@@ -131,6 +131,82 @@ def test_every_arm_resolves_to_a_valid_config(regime, tmp_path):
         else:
             assert cfg.method.prompt_length > 0 and cfg.method.gate["name"] == ("linear" if arm == "hideprompt"
                                                                                else "norga")
+
+
+# The arms as Python override strings before they became configs/bench/<regime>/<arm>.yaml (commit cf55557):
+# the YAML arms must resolve to exactly these configs, quick or not.
+_MOE = "method={{name: {}, epochs: 20, batch_size: 25, experts: {}, top_k: {}, rank: {}{}}}"
+FORMER = {
+    "evidence": {
+        "config": "configs/bench/evidence_cpu.yaml",
+        "arms": {"hideprompt": ["method.gate={name: linear}"], "norga_tanh": ["method.gate={name: norga, activation: tanh}"],
+                 "no_prompt": ["method.prompt_length=0"]},
+        "optional": {"sprompt": ["method={name: sprompt, epochs: 20, batch_size: 25, lr: 0.01}"],
+                     "l2p": ["method={name: l2p, epochs: 20, batch_size: 25, lr: 0.03, scale_lr_by_batch: true}"],
+                     "dualprompt": ["method={name: dualprompt, epochs: 20, batch_size: 25, lr: 0.03, "
+                                    "scale_lr_by_batch: true}"],
+                     "coda": ["method={name: coda, epochs: 20, batch_size: 25, lr: 0.001}"],
+                     "lora_moe": [_MOE.format("lora_moe", 4, 1, 7, "")],
+                     "mh_moe": [_MOE.format("mh_moe", 4, 1, 2, ", heads: 6")],
+                     "lora_moe_k16_top5": [_MOE.format("lora_moe", 16, 5, 2, "")],
+                     "mh_moe_h2": [_MOE.format("mh_moe", 4, 1, 2, ", heads: 2")],
+                     "mh_moe_h4": [_MOE.format("mh_moe", 4, 1, 2, ", heads: 4")],
+                     "mh_moe_h8": [_MOE.format("mh_moe", 4, 1, 2, ", heads: 8")],
+                     "norga_headwise": ["method.gate={name: norga_headwise, activation: tanh}"]},
+        "quick": ["data.train_per_class=4", "data.test_per_class=4", "method.wtp.epochs=1", "method.tii.epochs=2",
+                  "method.tii.align_epochs=1", "method.tap.epochs=1", "method.tap.samples_per_class=8"]},
+    "cifar100_first": {
+        "config": "configs/bench/cifar100_cpu.yaml",
+        "arms": {"hideprompt": ["method.gate={name: linear}"], "norga_tanh": ["method.gate={name: norga, activation: tanh}"],
+                 "norga_sigmoid": ["method.gate.name=norga", "method.gate.activation=sigmoid"],
+                 "norga_gelu": ["method.gate.name=norga", "method.gate.activation=gelu"],
+                 "no_prompt": ["method.prompt_length=0"]},
+        "optional": {},
+        "quick": ["data.num_tasks=2", "data.classes_per_task=50", "data.train_per_class=3", "data.test_per_class=2",
+                  "method.wtp.epochs=1", "method.tii.epochs=5", "method.tii.align_epochs=2", "method.tap.epochs=2"]},
+}
+
+
+def _former_overrides(former: dict, arm: str, quick: bool) -> list:
+    own = former["optional"].get(arm)
+    if own and any(o.startswith("method=") for o in own):
+        return own + ([o for o in former["quick"] if o.startswith("data.")] + ["method.epochs=1"] if quick else [])
+    return (former["arms"].get(arm) or own) + (former["quick"] if quick else [])
+
+
+@pytest.mark.parametrize("quick", [False, True], ids=["full", "quick"])
+@pytest.mark.parametrize("regime", sorted(FORMER))
+def test_yaml_arms_resolve_to_the_former_override_configs(regime, quick):
+    from norga.config import config_to_dict
+
+    r, former = real_data_cpu.REGIMES[regime], FORMER[regime]
+    assert r.arms == list(former["arms"]) and r.optional == list(former["optional"])
+    for arm in r.all_arms():
+        mine = config_to_dict(r.config(arm, quick))
+        theirs = config_to_dict(load_config(REPO_ROOT / former["config"], _former_overrides(former, arm, quick)))
+        if arm == "hideprompt":  # the linear gate is HiDe-Prompt's own method name now; the same computation
+            assert (mine["method"]["name"], theirs["method"]["name"]) == ("hideprompt", "norga")
+            theirs["method"]["name"] = "hideprompt"
+        assert mine == theirs, f"{regime} arm {arm} (quick={quick}) resolves to another config"
+
+
+def test_the_arm_comparison_can_fail(tmp_path):
+    """A YAML arm with one value changed no longer equals its former override config."""
+    from norga.config import config_to_dict
+
+    r = real_data_cpu.REGIMES["evidence"]
+    changed = tmp_path / "sprompt.yaml"
+    changed.write_text(r.arm_config("sprompt").read_text().replace("lr: 0.01", "lr: 0.02").replace(
+        "base: ../", f"base: {r.base.parent}/"))
+    former = load_config(REPO_ROOT / FORMER["evidence"]["config"], FORMER["evidence"]["optional"]["sprompt"])
+    assert config_to_dict(load_config(changed)) != config_to_dict(former)
+
+
+def test_quick_overrides_flatten_nested_keys():
+    from bench.regimes import flatten
+
+    assert flatten({"data": {"train_per_class": 4}, "method": {"tap": {"epochs": 1}, "gate": {"name": "linear"}}}) \
+        == ["data.train_per_class=4", "method.tap.epochs=1", 'method.gate.name="linear"']
 
 
 def test_report_rewrites_tables_and_diagnostics_from_the_rows(tmp_path, capsys):

@@ -5,18 +5,16 @@ from pathlib import Path
 
 import pytest
 
-from norga.config import ConfigError, load_config
+from norga.config import ConfigError, load_config, method_configs
 
-BASELINES = ("sprompt", "l2p", "dualprompt", "coda")
 CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.yaml"))
+# every registered method with shipped benchmark configs beside HiDe-Prompt's (the registry decides, not a list)
+BASELINES = sorted(m for m in method_configs() if m not in ("hideprompt", "norga")
+                   and (CONFIGS[0].parent / f"cifar100_{m}.yaml").is_file())
 
 
-@pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])
-def test_every_shipped_config_loads(path):
-    cfg = load_config(path)
-    expected = next((m for m in BASELINES + ("hideprompt",) if path.stem.endswith(f"_{m}")), "norga")
-    length = getattr(cfg.method, "prompt_length", getattr(cfg.method, "e_prompt_length", 0))
-    assert cfg.data.num_tasks >= 1 and cfg.method.name == expected and length >= 1
+def test_the_baselines_with_shipped_configs_are_found():
+    assert {"l2p", "dualprompt", "sprompt", "coda"} <= set(BASELINES)
 
 
 @pytest.mark.parametrize("method", BASELINES)

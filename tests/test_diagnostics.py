@@ -6,15 +6,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import load_run_method
+from conftest import SMOKE, load_run_method
 from norga.config import load_config
 from norga.engine import evaluate_run, run_training
 from norga.toolkit.stages import extract_features
 from norga.methods.hideprompt_diagnostics import (mean_feature_change, random_prompt_like, relative_change,
                                                   til_accuracy)
 
+pytestmark = pytest.mark.integration  # trains whole runs: outside the fast loop (-m "not slow and not integration")
+
 REPO = Path(__file__).resolve().parents[1]
-SMOKE = REPO / "configs" / "smoke.yaml"
 FAST = ["data.num_tasks=2", "data.options.num_classes=20", "method.tii.epochs=2", "method.tii.align_epochs=1",
         "method.wtp.epochs=2", "method.tap.epochs=1"]
 

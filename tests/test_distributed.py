@@ -18,6 +18,8 @@ from norga.toolkit.distributed import (ContiguousShard, ShardedBatchSampler, ave
                                          synchronise_parameters)
 from norga.errors import NorgaError
 
+pytestmark = pytest.mark.integration  # trains whole runs: outside the fast loop (-m "not slow and not integration")
+
 
 def _overrides():
     return [TINY[i + 1] for i in range(0, len(TINY), 2)]

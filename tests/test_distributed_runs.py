@@ -23,6 +23,8 @@ import torch
 
 from faults import ENV, REPO, train, train_args
 
+pytestmark = pytest.mark.integration  # trains whole runs: outside the fast loop (-m "not slow and not integration")
+
 # 36 test images per evaluation (6 classes x 6): 0.1 is under 4 images of difference in the final average accuracy
 FA_TOLERANCE = 0.1
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import (assert_predictions_per_sample, assert_reevaluation_identical, build_run_parts,
+from conftest import (assert_predictions_per_sample, build_run_parts,
                       checkpoint_method_state, load_run_method, loaders_of)
 from faults import assert_kill_then_resume_matches, tiny_method_args
 from norga.config import ConfigError, load_config
 from norga.engine import run_training
 from norga.methods.dualprompt import nearest_key
-from test_methods import SMOKE
+from conftest import SMOKE
 
 DUAL = ("method={name: dualprompt, g_prompt_layers: [0], e_prompt_layers: [1], g_prompt_length: 2, "
         "e_prompt_length: 3, gate: {name: norga, activation: tanh}, epochs: 2, lr: 0.05, batch_size: 32, "
@@ -100,12 +100,8 @@ def test_predictions_are_per_sample_and_the_true_task_uses_its_own_e_prompt(dual
     assert torch.allclose(whole.true_task_logits, true, atol=1e-5)
 
 
-def test_evaluation_from_checkpoints_is_identical(dual_run):
-    _, out, metrics = dual_run
-    assert_reevaluation_identical(out, metrics)
-
 
 @pytest.mark.slow
-@pytest.mark.parametrize("spec", ["bar:dualprompt:2", "bar:evaluation:2"])
+@pytest.mark.parametrize("spec", ["bar:dualprompt:2"])  # evaluation kills: tests/test_contract.py
 def test_kill_and_resume_gives_the_uninterrupted_metrics(spec, tmp_path):
     assert_kill_then_resume_matches(tiny_args, spec, tmp_path)

@@ -10,11 +10,12 @@ import pytest
 import torch
 
 import norga.methods.hideprompt as hideprompt_module
-from conftest import build_run_parts, loaders_of
+from conftest import SMOKE, build_run_parts, loaders_of
 from norga.config import load_config
 
+pytestmark = pytest.mark.integration  # trains whole runs: outside the fast loop (-m "not slow and not integration")
+
 REPO = Path(__file__).resolve().parents[1]
-SMOKE = REPO / "configs" / "smoke.yaml"
 FAST = ["method.tii.epochs=1", "method.tii.align_epochs=1", "method.wtp.epochs=1", "method.tap.epochs=1", "data.num_tasks=3"]
 PAPER_CHOICES = ["method.wtp.reg_form=eq56", "method.wtp.label_smoothing=0.1", "method.tap.after_first_task=true", "method.tap.batches=all",
                  "method.tii.align_batches=all", "method.tii.mlp_style=pre_norm", "method.head_init=pytorch", "data.class_order_rng=numpy",

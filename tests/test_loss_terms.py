@@ -22,7 +22,7 @@ import norga.toolkit.stages as stages_module
 from conftest import build_run_parts, loaders_of
 from norga.config import load_config
 from norga.models.prompt_inputs import PromptInput
-from test_methods import SMOKE
+from conftest import SMOKE
 
 TINY = ["data.num_tasks=3"]
 CLOSE = dict(rtol=1e-5, atol=1e-6)

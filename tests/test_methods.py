@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import build_run_parts, loaders_of
+from conftest import SMOKE, build_run_parts, loaders_of
 from norga.config import ConfigError, MethodConfig, load_config
 from norga.engine import evaluate_run, run_training
 from norga.toolkit.heads import class_mask
@@ -21,7 +21,6 @@ from norga.methods import METHOD_CONFIGS, METHODS, method_class, register_method
 from norga.methods.base import Method
 
 REPO = Path(__file__).resolve().parents[1]
-SMOKE = REPO / "configs" / "smoke.yaml"
 
 
 def test_every_method_config_has_a_registered_implementation():

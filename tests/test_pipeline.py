@@ -13,13 +13,15 @@ import pytest
 import torch
 
 from faults import assert_same_metrics
+from conftest import SMOKE
 from norga.config import load_config
 from norga.engine.evaluate import evaluate_task
 from norga.engine.run_folder import RunDir
 from norga.data import DataError
 
+pytestmark = pytest.mark.integration  # trains whole runs: outside the fast loop (-m "not slow and not integration")
+
 REPO = Path(__file__).resolve().parents[1]
-SMOKE = REPO / "configs" / "smoke.yaml"
 ENV = {**os.environ, "OMP_NUM_THREADS": "2", "PYTHONPATH": str(REPO)}
 
 
@@ -140,7 +142,10 @@ def test_dry_run_smoke_prints_the_split(tmp_path):
     assert "dry run OK" in result.stdout and not (tmp_path / "dry").exists()
 
 
-BENCH_CONFIGS = sorted(p for p in (REPO / "configs").rglob("*.yaml") if p.stem != "smoke")
+# the configs that read real data: the benchmarks and the benchmark regimes' base configs (their arms add only
+# method keys; the smoke configs read synthetic data)
+BENCH_CONFIGS = sorted([*(REPO / "configs").glob("*.yaml"), *(REPO / "configs" / "bench").glob("*.yaml")])
+BENCH_CONFIGS = [p for p in BENCH_CONFIGS if p.stem != "smoke"]
 
 
 @pytest.mark.parametrize("path", BENCH_CONFIGS, ids=[p.stem for p in BENCH_CONFIGS])

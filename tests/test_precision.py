@@ -20,7 +20,7 @@ from norga.models import PromptedViT, PromptPool
 from norga.models import prefix_attention
 from norga.models.precision import amp_mode, current_mode
 from norga.models.prefix_attention import padded_head_dim
-from test_methods import SMOKE
+from conftest import SMOKE
 
 BF16_RELATIVE_TOLERANCE = 3e-2
 

@@ -30,6 +30,7 @@ def run_blocks(blocks, tmp_path, monkeypatch, name: str) -> dict:
     return namespace
 
 
+@pytest.mark.integration
 def test_the_readme_example_runs(tmp_path, monkeypatch):
     blocks = python_blocks(REPO / "README.md", "Python example")
     assert len(blocks) == 1 and len(blocks[0].strip().splitlines()) <= 12
@@ -37,6 +38,7 @@ def test_the_readme_example_runs(tmp_path, monkeypatch):
     assert namespace["metrics"]["method"]["gate"] == {"name": "linear"}
 
 
+@pytest.mark.integration
 def test_python_api_page_examples_run(tmp_path, monkeypatch):
     blocks = python_blocks(DOCS / "python-api.md")
     assert len(blocks) >= 4
@@ -125,10 +127,11 @@ def test_benchmark_tables_match_the_committed_rows():
         text = page.read_text()
         found |= {m.group(1) for m in readme_tables.MARKER.finditer(text)}
         stale = readme_tables.stale_blocks(text, rows)
-        assert not stale, f"{page}: tables {stale} are stale: run python bench/readme_tables.py"
+        assert not stale, f"{page}: tables {stale} are stale: run python -m bench.readme_tables"
     assert found == set(readme_tables.BLOCKS)
 
 
+@pytest.mark.integration
 def test_the_site_builds_strictly(tmp_path):
     """What .ci/run does: broken links, missing pages or a failing generator fail the build."""
     pytest.importorskip("mkdocs", reason="the docs tools come with the dev extra: pip install -e '.[dev]'")

@@ -54,7 +54,7 @@ def test_render_rewrites_only_the_marked_tables_with_numbers_by_hand():
     assert lines[2].startswith(f"| mh_moe − lora_moe | 3 | {fa} *resolved* | ")
     assert d.mean() + half < 0  # the interval excludes 0, so *resolved* is right
     assert len(lines) == 3  # lora_moe_k16_top5 has no rows: no line for its pair
-    assert _block(out, "headwise-arms") == ("*No rows yet for `headwise-arms`: run `python bench/real_data_cpu.py "
+    assert _block(out, "headwise-arms") == ("*No rows yet for `headwise-arms`: run `python -m bench.real_data_cpu "
                                             "--only norga_headwise norga_tanh hideprompt`.*\n")  # said, not empty
     assert readme_tables.render(out, _rows()) == out
 

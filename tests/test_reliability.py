@@ -19,6 +19,8 @@ import pytest
 from faults import ENV, REPO, assert_one_line_error, assert_same_metrics, comparable, train_args, train_with_fault
 from norga.cli import main as norga
 
+pytestmark = pytest.mark.integration  # trains whole runs: outside the fast loop (-m "not slow and not integration")
+
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory) -> Path:

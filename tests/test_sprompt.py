@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import (assert_predictions_per_sample, assert_reevaluation_identical, build_run_parts,
+from conftest import (assert_predictions_per_sample, build_run_parts,
                       checkpoint_method_state, load_run_method, loaders_of)
 from faults import assert_kill_then_resume_matches, tiny_method_args
 from norga.config import ConfigError, load_config
@@ -14,7 +14,7 @@ from norga.engine import run_training
 from norga.toolkit.stages import extract_features
 from norga.methods.base import TestBatch as Batch
 from norga.methods.sprompt import nearest_centroid_task
-from test_methods import SMOKE
+from conftest import SMOKE
 
 SPROMPT = ["method={name: sprompt, prompt_length: 3, centroids_per_task: 2, epochs: 2, lr: 0.05, batch_size: 64}"]
 
@@ -88,10 +88,6 @@ def test_the_prompt_is_tokens_after_the_class_token_of_block_zero(sprompt_run):
         assert torch.allclose(method.model(x, method.tokens(prompt)), expected, atol=1e-5)
 
 
-def test_evaluation_from_checkpoints_is_identical(sprompt_run):
-    _, out, metrics = sprompt_run
-    assert_reevaluation_identical(out, metrics, ("acc_matrix", "til_acc_matrix", "tii_accuracy"))
-
 
 def test_too_few_images_for_the_centroids_is_one_clear_error(tmp_path):
     cfg = load_config(SMOKE, ["method={name: sprompt, centroids_per_task: 500, epochs: 0}"])
@@ -100,7 +96,7 @@ def test_too_few_images_for_the_centroids_is_one_clear_error(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("spec", ["bar:sprompt:2", "bar:evaluation:2"])
+@pytest.mark.parametrize("spec", ["bar:sprompt:2"])  # evaluation kills: tests/test_contract.py
 def test_kill_and_resume_gives_the_uninterrupted_metrics(spec, tmp_path):
     assert_kill_then_resume_matches(tiny_args, spec, tmp_path)
 

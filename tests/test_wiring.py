@@ -13,14 +13,15 @@ import torch
 
 import norga.toolkit.training as training_module
 import norga.methods.hideprompt as hideprompt_module
-from conftest import build_run_parts, loaders_of
+from conftest import SMOKE, build_run_parts, loaders_of
 from norga.config import load_config
 from norga.engine.evaluate import evaluate_task
 from norga.toolkit.heads import class_mask, masked_logits
 from norga.toolkit.stages import REGULARISERS, extract_features
 
+pytestmark = pytest.mark.integration  # trains whole runs: outside the fast loop (-m "not slow and not integration")
+
 REPO = Path(__file__).resolve().parents[1]
-SMOKE = REPO / "configs" / "smoke.yaml"
 FAST = ["method.tii.epochs=2", "method.tii.align_epochs=1", "method.wtp.epochs=1", "method.tap.epochs=1", "data.num_tasks=3"]
 
 
