@@ -1,0 +1,104 @@
+"""YAML files -> a :class:`~norga.config.schema.Config`: ``base:`` includes, ``key.path=value`` overrides."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple, Union
+
+import yaml
+
+from .fields import ConfigError
+from .parsing import from_dict
+from .registry import same_options
+from .schema import Config
+
+
+def load_config(path: Optional[Union[str, Path]] = None, overrides: Optional[List[str]] = None) -> Config:
+    """Read YAML (or start from defaults), resolve ``base:`` includes, apply ``key.path=value`` overrides, validate."""
+    raw: Dict[str, Any] = {} if path is None else read_config_file(Path(path))
+    for item in overrides or []:
+        _apply_override(raw, item)
+    return from_dict(Config, raw, "")
+
+
+def read_config_file(path: Path, _including: Tuple[Path, ...] = ()) -> Dict[str, Any]:
+    """A config file's mapping with its ``base:`` chain merged in (the file's own values win).
+
+    ``base: other.yaml`` (a path relative to the file) names a config this one
+    starts from: mappings merge key by key, every other value (lists too) is
+    replaced. A section naming another ``name`` than the base's (another method,
+    another gate) replaces the base's section whole: its keys belong to the other one.
+    """
+    raw = _read_yaml_file(path)
+    base = raw.pop("base", None)
+    if base is None:
+        return raw
+    if not isinstance(base, str) or not base.strip():
+        raise ConfigError(f"{path}: base must be the path of another config file, got {base!r}")
+    base_path = (path.parent / base).resolve()
+    chain = _including + (path.resolve(),)
+    if base_path in chain:
+        raise ConfigError(f"{path}: base {base!r} includes itself ({' -> '.join(str(p) for p in chain + (base_path,))})")
+    if not base_path.is_file():
+        raise ConfigError(f"{path}: base config not found: {base_path} (base paths are relative to the file)")
+    return merge_configs(read_config_file(base_path, chain), raw)
+
+
+def merge_configs(base: Dict[str, Any], own: Dict[str, Any]) -> Dict[str, Any]:
+    """``own`` on top of ``base`` (see :func:`read_config_file`); neither argument is modified."""
+    merged = dict(base)
+    for key, value in own.items():
+        old = merged.get(key)
+        renamed = isinstance(old, dict) and isinstance(value, dict) and value.get("name", old.get("name")) != \
+            old.get("name") and not (key == "method" and same_options(old.get("name"), value.get("name")))
+        # another method or gate: the base's options belong to the other one (unless the two methods share them)
+        if isinstance(old, dict) and isinstance(value, dict) and not renamed:
+            merged[key] = merge_configs(old, value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _yaml_problem(err: yaml.YAMLError) -> str:
+    """'line L, column C: problem' of a YAML error (one line)."""
+    mark = getattr(err, "problem_mark", None)
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+    return where + " ".join(str(problem).split())
+
+
+def _read_yaml_file(path: Path) -> Dict[str, Any]:
+    """A config file's top-level mapping; every problem is one ConfigError naming the file."""
+    if path.is_dir():
+        raise ConfigError(f"config path {path} is a folder; give a YAML file, e.g. configs/smoke.yaml")
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        text = path.read_text(encoding="utf-8")
+        raw = yaml.safe_load(text)
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not a UTF-8 text file ({err.reason} at byte {err.start})") from err
+    except OSError as err:
+        raise ConfigError(f"cannot read config file {path}: {err.strerror or err}") from err
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: invalid YAML at {_yaml_problem(err)}") from err
+    if raw is None:
+        raise ConfigError(f"{path} is empty; start from a shipped config, e.g. configs/smoke.yaml")
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: top level must be a mapping of keys to values")
+    return raw
+
+
+def _apply_override(raw: Dict[str, Any], item: str) -> None:
+    if "=" not in item:
+        raise ConfigError(f"override {item!r} must look like key.path=value")
+    key, text = item.split("=", 1)
+    parts = key.strip().split(".")
+    node = raw
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"override {key!r}: {part!r} is not a section")
+    try:
+        node[parts[-1]] = yaml.safe_load(text) if text.strip() else None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"override {item!r}: the value is not valid YAML ({_yaml_problem(err)})") from err
