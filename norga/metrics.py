@@ -10,6 +10,10 @@ over **tasks, not samples**, as in the paper:
 * FM_official = mean_{i<T-1} (max_{t<=T-1} S[i, t] - S[i, T-1])   (the authors' code: the
   max includes the last column, so a task that improves at the end counts 0, never < 0)
 * BWT = mean_{i<T-1} (S[i, T-1] - S[i, i])        (backward transfer)
+* FGT_coda = 1/(T-1) sum_{t>=1} 1/t sum_{i<t} (S[i, t-1] - S[i, t])   (the official
+  CODA-Prompt code's forgetting, its ``utils/calc_forgetting.py``: the mean one-step
+  drop; can be negative). Not part of :func:`summarize` (not in ``metrics.json``);
+  the cross-check with CODA-Prompt reports it.
 
 Each metric is a small function of the (upper-triangular) matrix; a run
 with fewer finished tasks is scored on its leading square block.
@@ -67,6 +71,14 @@ def backward_transfer(S: np.ndarray) -> float:
     if T < 2:
         return 0.0
     return float(np.mean([S[i, T - 1] - S[i, i] for i in range(T - 1)]))
+
+
+def forgetting_coda(S: np.ndarray) -> float:
+    """FGT_coda (see the module docstring); 0.0 for one task."""
+    T = S.shape[0]
+    if T < 2:
+        return 0.0
+    return float(np.mean([np.mean(S[:t, t - 1] - S[:t, t]) for t in range(1, T)]))
 
 
 def summarize(rows: Sequence[Sequence[Optional[float]]]) -> Dict[str, float]:

@@ -220,3 +220,23 @@ def test_tap_after_the_first_task_needs_all_batches():
     with pytest.raises(ConfigError, match="method.tap.batches=all"):
         load_config(None, ["method.tap.after_first_task=true"])
     assert load_config(None, ["method.tap.after_first_task=true", "method.tap.batches=all"]).method.tap.after_first_task
+
+
+def test_coda_recipes_follow_the_official_coda_prompt_code():
+    """GT-RIPL/CODA-Prompt 6417d4f dataloaders/utils.py at size 224: RRC(224) + flip, Resize(224) for CIFAR,
+    Resize(256) + CenterCrop(224) for ImageNet-R; Normalize(mean 0, std 1), i.e. none."""
+    train = [("RRC", (224, 224), (0.08, 1.0), BILINEAR), ("RandomHorizontalFlip",), ("ToTensor",)]
+    assert _describe(build_transforms(224, (0.5,) * 3, (0.5,) * 3, True, "coda_cifar")) == train
+    assert _describe(build_transforms(224, (0.5,) * 3, (0.5,) * 3, True, "coda_imagenet")) == train
+    assert _describe(build_transforms(224, (0.5,) * 3, (0.5,) * 3, False, "coda_cifar")) == [
+        ("Resize", 224, BILINEAR), ("ToTensor",)]
+    assert _describe(build_transforms(224, (0.5,) * 3, (0.5,) * 3, False, "coda_imagenet")) == [
+        ("Resize", 256, BILINEAR), ("CenterCrop", (224, 224)), ("ToTensor",)]
+
+
+def test_coda_cifar_test_transform_by_hand():
+    pixels = np.random.RandomState(1).randint(0, 256, (32, 32, 3), dtype=np.uint8)
+    out = build_transforms(56, (0.5,) * 3, (0.5,) * 3, False, "coda_cifar")(Image.fromarray(pixels))
+    expected = np.asarray(Image.fromarray(pixels).resize((56, 56), Image.BILINEAR), dtype=np.float32) / 255
+    assert out.shape == (3, 56, 56)
+    assert torch.allclose(out, torch.from_numpy(expected).permute(2, 0, 1), atol=1e-6)

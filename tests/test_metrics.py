@@ -48,3 +48,11 @@ def test_fm_official_counts_the_last_column_in_the_max_by_hand():
     assert math.isclose(m["FM"], 0.05)
     # authors' code: max over all columns -> task 0: 0.8 - 0.6 = 0.2; task 1: 0.7 - 0.7 = 0; mean 0.1
     assert math.isclose(m["FM_official"], 0.1)
+
+
+def test_coda_forgetting_is_the_mean_one_step_drop_by_hand():
+    from norga.metrics import as_matrix, forgetting_coda
+    S = [[0.5, 0.8, 0.6], [None, 0.6, 0.7], [None, None, 0.9]]
+    # t=1: (0.5 - 0.8) / 1 = -0.3; t=2: ((0.8 - 0.6) + (0.6 - 0.7)) / 2 = 0.05; mean over t: -0.125
+    assert math.isclose(forgetting_coda(as_matrix(S)), -0.125)
+    assert forgetting_coda(as_matrix([[0.3]])) == 0.0

@@ -65,6 +65,18 @@ def check_l2p(vit_class, saved: dict) -> None:
           biggest(voted["logits"], saved["logits"]))
 
 
+def patch_prefix_reshape(model, prompt_module) -> None:
+    """Give ``model.e_prompt`` a forward whose gathered prefixes (layers, 2, B, ...) are permuted to (layers, B, 2,
+    ...) before the reshape: the reference's source with that one change, compiled in memory."""
+    source = Path(prompt_module.__file__).read_text()
+    line = "batched_prompt = batched_prompt_raw.reshape(\n                        num_layers, batch_size, dual,"
+    assert source.count(line) == 2, "the reference's prefix reshape moved: update this check"
+    patched = source.replace(line, line.replace(".reshape(", ".permute(0, 2, 1, 3, 4, 5, 6).reshape("))
+    namespace: dict = {}
+    exec(compile(patched, prompt_module.__file__, "exec"), namespace)  # noqa: S102 - the one-line patch, in memory
+    model.e_prompt.forward = namespace["EPrompt"].forward.__get__(model.e_prompt)
+
+
 @torch.no_grad()
 def check_dualprompt(vit_class, prompt_module, base: dict, saved: dict) -> None:
     model = reference_vit(vit_class, prompt_length=20, embedding_key="cls", prompt_init="uniform", prompt_pool=True,
@@ -83,13 +95,7 @@ def check_dualprompt(vit_class, prompt_module, base: dict, saved: dict) -> None:
     print("Dual as shipped (prefix reshape without permute): features:", biggest(shipped["pre_logits"],
                                                                                saved["features"]),
           "| logits:", biggest(shipped["logits"], saved["logits"]))
-    source = Path(prompt_module.__file__).read_text()
-    line = "batched_prompt = batched_prompt_raw.reshape(\n                        num_layers, batch_size, dual,"
-    assert source.count(line) == 2, "the reference's prefix reshape moved: update this check"
-    patched = source.replace(line, line.replace(".reshape(", ".permute(0, 2, 1, 3, 4, 5, 6).reshape("))
-    namespace: dict = {}
-    exec(compile(patched, prompt_module.__file__, "exec"), namespace)  # noqa: S102 - the one-line patch, in memory
-    model.e_prompt.forward = namespace["EPrompt"].forward.__get__(model.e_prompt)
+    patch_prefix_reshape(model, prompt_module)
     fixed = model(x, cls_features=query)
     print("Dual with the reshape patched (permute): features:", biggest(fixed["pre_logits"], saved["features"]),
           "| logits:", biggest(fixed["logits"], saved["logits"]))

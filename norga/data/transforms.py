@@ -16,6 +16,12 @@ A recipe builds the train and the test transform for an image size. Registered:
   Resize(round(256/224 * size)) (bilinear), CenterCrop; both normalised with
   the backbone's own mean/std (timm's pretrained config).
 * ``plain`` — no augmentation: train = test = ``backbone``'s test transform.
+* ``coda_cifar`` / ``coda_imagenet`` — the official CODA-Prompt code's recipes
+  (GT-RIPL/CODA-Prompt 6417d4f, ``dataloaders/utils.py``), with its 224 px
+  written as ``size``. Train: RandomResizedCrop(size) (bilinear, scale 0.08-1),
+  flip, ToTensor. Test: ``coda_cifar`` Resize(size), ToTensor;
+  ``coda_imagenet`` Resize(round(256/224 * size)), CenterCrop(size), ToTensor.
+  **No normalisation** on either (their Normalize has mean 0, std 1).
 
 Differences from the authors' code we keep on purpose: their CIFAR train crop
 is hard-coded to 224 px (ours: ``size``), and their test transform skips the
@@ -110,6 +116,20 @@ def plain_recipe(size: int, train: bool, mean: Sequence[float], std: Sequence[fl
     one trained on clean cached features (see bench/real_data_cpu.py).
     """
     return backbone_recipe(size, False, mean, std)
+
+
+@register_recipe("coda_cifar")
+def coda_cifar_recipe(size: int, train: bool, mean=None, std=None) -> T.Compose:
+    if train:
+        return T.Compose([T.RandomResizedCrop(size), T.RandomHorizontalFlip(), T.ToTensor()])
+    return T.Compose([T.Resize(size), T.ToTensor()])
+
+
+@register_recipe("coda_imagenet")
+def coda_imagenet_recipe(size: int, train: bool, mean=None, std=None) -> T.Compose:
+    if train:
+        return coda_cifar_recipe(size, True)
+    return T.Compose([T.Resize(int(round(256 / 224 * size))), T.CenterCrop(size), T.ToTensor()])
 
 
 def build_transforms(image_size: int, mean: Sequence[float], std: Sequence[float], train: bool,

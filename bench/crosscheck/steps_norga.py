@@ -1,0 +1,84 @@
+"""norga's side of the training-step cross-check: ``python -m bench.crosscheck.steps_norga --out DIR``.
+
+From norga's own initial state, each method trains one epoch of three fixed batches of 20 real CIFAR-100 training
+images (classes 0-9, no augmentation, task 0, Adam at lr 0.0025, gradient clip 1.0). DIR/steps_<method>.pt holds
+the images, the labels, the initial and the trained tensors, for ``bench/crosscheck/steps_reference.py`` to start
+the reference from the same state, train it on the same batches and compare. Methods, in the NoRGa authors'
+settings: ``l2p`` (pool 30, top-5, length 5, class-token head, no prompt position embedding), ``dualprompt``
+(G length 5 on blocks 0-1, E length 20 on blocks 2-4) and ``sprompt_authors`` (their "S-Prompt": E length 20
+on blocks 0-4, no G-prompt). Every random draw of a step (the batches, their order, augmentation) is removed,
+so the two sides must agree to float precision if their losses, masks, clipping and optimiser agree.
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Dict, List
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from bench.crosscheck.norga_side import method_of
+from norga.methods.base import TaskLoaders
+
+SETTINGS: Dict[str, tuple] = {
+    "l2p": ("cifar100_l2p.yaml", ["method.prompt_pos_embed=none", "method.head_pool=token", "method.pool_size=30",
+                                  "method.top_k=5", "method.prompt_length=5", "method.pull_coeff=0.1"]),
+    "dualprompt": ("cifar100_dualprompt.yaml", ["method.e_prompt_length=20", "method.pull_coeff=1.0"]),
+    "sprompt_authors": ("cifar100_dualprompt.yaml", ["method.e_prompt_length=20", "method.g_prompt_length=0",
+                                                     "method.g_prompt_layers=[]", "method.e_prompt_layers=[0,1,2,3,4]",
+                                                     "method.pull_coeff=1.0"]),
+}
+STEP = ["method.epochs=1", "method.batch_size=20", "method.lr=0.0025", "method.scale_lr_by_batch=false",
+        "method.grad_clip=1.0", "method.head_init=trunc_normal"]
+
+
+def step_batches(shared: Path) -> tuple:
+    """60 training images (6 of each class 0-9), bicubic to 56 px, ImageNet mean/std: (60, 3, 56, 56), labels (60,)."""
+    data = np.load(shared / "data" / "cifar100.npz")
+    pick = np.concatenate([np.where(data["train_y"] == c)[0][:6] for c in range(10)])
+    pick = pick[np.random.RandomState(0).permutation(len(pick))]  # mixed classes in every batch
+    img = torch.tensor(data["train_x"][pick]).permute(0, 3, 1, 2).float() / 255
+    img = F.interpolate(img, size=56, mode="bicubic", align_corners=False).clamp(0, 1)
+    mean = torch.tensor([0.485, 0.456, 0.406])[:, None, None]
+    std = torch.tensor([0.229, 0.224, 0.225])[:, None, None]
+    return (img - mean) / std, torch.tensor(data["train_y"][pick], dtype=torch.long)
+
+
+def tensors(state: dict) -> Dict[str, torch.Tensor]:
+    """The trainable tensors of a method's state_dict (head weights flattened to head.weight / head.bias)."""
+    out = {k: v.detach().clone() for k, v in state.items() if torch.is_tensor(v)}
+    out.update({f"head.{k}": v.detach().clone() for k, v in state["head"].items()})
+    return out
+
+
+def train_steps(name: str, weights: Path, x: torch.Tensor, y: torch.Tensor) -> dict:
+    config, overrides = SETTINGS[name]
+    vit, method = method_of(config, overrides + STEP, weights)
+    initial = tensors(method.state_dict(0))
+    batches: List[tuple] = [(x[i:i + 20], y[i:i + 20]) for i in range(0, len(x), 20)]
+    method.learn_task(0, TaskLoaders(batches, None, None))
+    return {"backbone": {k: v.float() for k, v in vit.state_dict().items()}, "images": x, "labels": y,
+            "initial": initial, "trained": tensors(method.state_dict(0)),
+            "layers": {"g": getattr(method, "g_layers", []), "e": getattr(method, "e_layers", [])}}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--shared", type=Path, default=Path(__file__).resolve().parents[3] / "shared")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--only", nargs="+", choices=sorted(SETTINGS), default=sorted(SETTINGS))
+    args = p.parse_args(argv)
+    torch.manual_seed(0)
+    args.out.mkdir(parents=True, exist_ok=True)
+    x, y = step_batches(args.shared)
+    for name in args.only:
+        torch.save(train_steps(name, args.shared / "weights" / "dinov2_vits14_imgfocus.safetensors", x, y),
+                   args.out / f"steps_{name}.pt")
+        print(f"wrote {args.out / f'steps_{name}.pt'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

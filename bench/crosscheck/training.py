@@ -1,0 +1,187 @@
+"""Training side of the cross-check: norga and the reference code on the same small task, 3 seeds per side.
+
+    python -m bench.crosscheck.training --collect DIR     # parse DIR's runs into bench/results/crosscheck_training.json
+    python -m bench.crosscheck.training                   # print the tables of the committed rows
+
+DIR holds what ``docs/crosscheck.md`` ("Repeat the training runs") produces:
+
+* ``logs/ref_<method>_<variant>_s<seed>.log`` — the NoRGa authors' code (L2P, DualPrompt, their "S-Prompt"),
+  variant ``fixed`` (batch vote off, prefix reshape permuted) or ``shipped`` (as released);
+* ``runs/ref_coda/results-acc/pt.yaml`` — the official CODA-Prompt code, seeds 0, 1, 2 (its ``--repeat 3``);
+* ``runs/norga_<config>_s<seed>/metrics.json`` — norga's run folders.
+
+Every accuracy matrix is scored by :mod:`norga.metrics` (FA, CA, FM, FM_official = the authors' forgetting,
+FGT_coda = CODA-Prompt's), so both sides are summarised by the same code. Accuracies are fractions in the JSON
+and percent in the tables.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from functools import partial
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import numpy as np
+import yaml
+
+from bench.regimes import REPO
+from norga.metrics import as_matrix, forgetting_coda, summarize
+from norga.summary_stats import describe, paired
+
+RESULTS = REPO / "bench" / "results" / "crosscheck_training.json"
+# method -> (reference log/run prefix, norga config name, the seeds both sides ran)
+METHODS: Dict[str, tuple] = {
+    "l2p": ("ref_l2p", "norga_l2p", (42, 40, 44)),
+    "dualprompt": ("ref_dual", "norga_dual", (42, 40, 44)),
+    "sprompt_authors": ("ref_sprompt", "norga_sprompt_authors", (42, 40, 44)),
+    "coda": ("ref_coda", "norga_coda", (0, 1, 2)),
+}
+PROMPT_FREE = "norga_simplecil"
+METRICS = ("FA", "CA", "FM", "FM_official", "FGT_coda", "task_acc")
+EVAL_LINE = re.compile(r"^\* Acc@task ([\d.]+) Acc@1 ([\d.]+)")
+AVERAGE_LINE = re.compile(r"^\[Average accuracy till task(\d+)\]")
+
+
+def scores(S: np.ndarray, task_acc: Optional[float] = None) -> dict:
+    """The metrics of accuracy matrix ``S`` (fractions, NaN below the diagonal's left) and the matrix itself."""
+    rows = [[None if np.isnan(v) else float(v) for v in row] for row in S]
+    out = {k: v for k, v in summarize(rows).items() if k != "BWT"}
+    return {**out, "FGT_coda": forgetting_coda(as_matrix(rows)), "task_acc": task_acc, "acc_matrix": rows}
+
+
+def authors_log(path: Path, top_1: bool = True) -> dict:
+    """Accuracy matrix of one finished run of the authors' code from its log: after task t it prints ``* Acc@task
+    a Acc@1 b`` for tasks 0..t, then ``[Average accuracy till task<t+1>]``; a finished run ends with ``Total
+    training time``. task_acc = mean Acc@task after the last task (the share of samples whose top-1 prompt id is
+    their task); None unless ``top_1`` (L2P's prompt ids are not task ids)."""
+    text = path.read_text()
+    if "Total training time" not in text:
+        raise ValueError(f"{path}: no 'Total training time' line (the run did not finish)")
+    evals, matrices = [], []
+    for line in text.splitlines():
+        if (m := EVAL_LINE.match(line)):
+            evals.append((float(m.group(1)) / 100, float(m.group(2)) / 100))
+        elif (m := AVERAGE_LINE.match(line)):
+            t = int(m.group(1))
+            if len(evals) != t:
+                raise ValueError(f"{path}: {len(evals)} evaluations before 'till task{t}', expected {t}")
+            matrices.append(evals)
+            evals = []
+    if not matrices:
+        raise ValueError(f"{path}: no finished task (the run did not complete)")
+    T = len(matrices)
+    S = np.full((T, T), np.nan)
+    for t, evals_t in enumerate(matrices):
+        S[: t + 1, t] = [acc for _, acc in evals_t]
+    return scores(S, float(np.mean([task for task, _ in matrices[-1]])) if top_1 else None)
+
+
+def coda_results(run: Path) -> List[dict]:
+    """One score dict per seed of the official CODA-Prompt run (``results-acc/pt.yaml``: history[task][after]
+    [seed], percent)."""
+    history = np.asarray(yaml.safe_load((run / "results-acc" / "pt.yaml").read_text())["history"], dtype=float)
+    out = []
+    for r in range(history.shape[2]):
+        S = history[:, :, r] / 100
+        S[np.tril_indices(len(S), -1)] = np.nan  # S[i, t] for t < i is undefined (the file holds zeros)
+        out.append(scores(S))
+    return out
+
+
+def norga_run(run: Path) -> dict:
+    metrics = json.loads((run / "metrics.json").read_text())
+    if metrics["completed_tasks"] != metrics["num_tasks"]:
+        raise ValueError(f"{run}: {metrics['completed_tasks']} of {metrics['num_tasks']} tasks (not finished)")
+    return scores(as_matrix(metrics["acc_matrix"]), metrics.get("tii_accuracy"))
+
+
+def _sources(root: Path, method: str) -> List[tuple]:
+    """(side, seed, path, parser) of every run a method's table reads."""
+    ref, ours, seeds = METHODS[method]
+    out = []
+    for seed in seeds:
+        out.append(("norga", seed, root / "runs" / f"{ours}_s{seed}" / "metrics.json", norga_run))
+        out.append(("simplecil", seed, root / "runs" / f"{PROMPT_FREE}_s{seed}" / "metrics.json", norga_run))
+        if method != "coda":
+            for variant in ("fixed", "shipped"):
+                parse = authors_log if method != "l2p" else partial(authors_log, top_1=False)
+                out.append((f"reference_{variant}", seed, root / "logs" / f"{ref}_{variant}_s{seed}.log", parse))
+    return out
+
+
+def collect(root: Path) -> tuple:
+    """(rows, missing): every run under ``root`` as rows {method, side, seed, metrics...}, and the paths of
+    the runs that are absent or unfinished (with the reason)."""
+    rows, missing = [], []
+    for method in METHODS:
+        for side, seed, path, parse in _sources(root, method):
+            try:
+                rows.append({"method": method, "side": side, "seed": seed,
+                             **parse(path.parent if parse is norga_run else path)})
+            except (OSError, ValueError) as e:
+                missing.append(f"{path}: {e}")
+        if method == "coda":
+            try:
+                for seed, score in zip(METHODS[method][2], coda_results(root / "runs" / METHODS[method][0])):
+                    rows.append({"method": method, "side": "reference_fixed", "seed": seed, **score})
+            except (OSError, ValueError) as e:
+                missing.append(f"{root / 'runs' / METHODS[method][0]}: {e}")
+    return rows, missing
+
+
+def _pct(v: Optional[float]) -> str:
+    return "–" if v is None else f"{100 * v:.1f}"
+
+
+def per_seed_lines(rows: List[dict], method: str) -> List[str]:
+    """Per-seed table of one method: side | seed | FA | CA | FM | FM_official | FGT_coda | task acc."""
+    lines = ["| side | seed | " + " | ".join(METRICS) + " |", "|---|---|" + "---|" * len(METRICS)]
+    for side in ("reference_fixed", "norga", "reference_shipped", "simplecil"):
+        for r in (r for r in rows if r["method"] == method and r["side"] == side):
+            lines.append(f"| {side} | {r['seed']} | " + " | ".join(_pct(r[k]) for k in METRICS) + " |")
+    return lines
+
+
+def mean_lines(rows: List[dict]) -> List[str]:
+    """Per method: mean FA of each side and norga − reference (paired by seed) with a 95% t interval."""
+    lines = ["| method | reference FA | norga FA | norga − reference FA [95% CI] | reference as shipped FA | "
+             "SimpleCIL FA (prompt-free) |", "|---|---|---|---|---|---|"]
+    for method in METHODS:
+        by_side = {side: {r["seed"]: r["FA"] for r in rows if r["method"] == method and r["side"] == side}
+                   for side in ("reference_fixed", "norga", "reference_shipped", "simplecil")}
+        if not by_side["norga"] or not by_side["reference_fixed"]:
+            continue
+        mean = {s: describe(list(v.values())) if v else None for s, v in by_side.items()}
+        _, d = paired(by_side["norga"], by_side["reference_fixed"])
+        diff = f"{100 * d.mean:+.1f}" + (f" [{100 * d.low:+.1f}, {100 * d.high:+.1f}]" if d.n > 1 else "")
+        cell = lambda e: "–" if e is None else f"{100 * e.mean:.1f} (n={e.n})"  # noqa: E731
+        lines.append(f"| {method} | {cell(mean['reference_fixed'])} | {cell(mean['norga'])} | {diff} | "
+                     f"{cell(mean['reference_shipped'])} | {cell(mean['simplecil'])} |")
+    return lines
+
+
+def load(path: Path = RESULTS) -> List[dict]:
+    return json.loads(path.read_text())["rows"] if path.exists() else []
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--collect", type=Path, default=None, help="folder of the runs to parse into --results")
+    p.add_argument("--results", type=Path, default=RESULTS)
+    args = p.parse_args(argv)
+    if args.collect:
+        rows, missing = collect(args.collect)
+        args.results.write_text(json.dumps({"rows": rows, "missing": missing}, indent=1) + "\n")
+        for m in missing:
+            print(f"missing: {m}")
+    rows = load(args.results)
+    print("\n".join(mean_lines(rows)))
+    for method in METHODS:
+        print(f"\n{method}\n" + "\n".join(per_seed_lines(rows, method)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
