@@ -81,6 +81,20 @@ def test_prompt_tokens_follow_the_class_token_with_its_position_embedding(l2p_ru
 
 
 
+def test_the_norga_authors_layout_by_hand():
+    """The NoRGa authors' L2P (cross-checked in docs/crosscheck.md): prompts without a position embedding before
+    [cls + pos_0, patches + pos], the head reading the class token; norga: prompt_pos_embed none, head_pool token."""
+    cfg = load_config(SMOKE, TINY_DATA + L2P + ["method.prompt_pos_embed=none", "method.head_pool=token"])
+    _, bench, method = build_run_parts(cfg)
+    x, _ = next(iter(loaders_of(cfg, bench, method, 0).test))
+    x, vit = x[:3], method.model.vit
+    chosen = torch.tensor([[0, 1], [3, 2], [1, 1]])
+    with torch.no_grad():
+        tokens = vit._pos_embed(vit.patch_embed(x))
+        tokens = torch.cat([method.prompts[chosen].flatten(1, 2), tokens], dim=1)  # 4 prompt tokens first
+        expected = vit.norm(vit.blocks(vit.norm_pre(tokens)))[:, 4]
+        assert torch.allclose(method.model(x, method.tokens(chosen)), expected, atol=1e-5)
+
 
 @pytest.mark.slow
 @pytest.mark.parametrize("spec", ["bar:l2p:2"])  # evaluation kills: tests/test_contract.py

@@ -1,0 +1,92 @@
+"""What the cross-checks with the reference codes established, pinned without the reference code: the configs of
+the NoRGa paper's baseline rows carry the values read from the authors' code, and the parsers that turn both sides'
+runs into docs/crosscheck.md's tables read hand-made outputs correctly."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from bench.crosscheck.training import authors_log, coda_results, collect, norga_run
+from norga.config import load_config
+
+REPO = Path(__file__).resolve().parents[1]
+
+# MoE_PromptCL e418337: configs/{cifar100,imr}_{l2p,dualprompt,sprompt_5e}.py + scripts/*_Sup21k_*.sh (batch 128)
+AUTHORS = {
+    "l2p": dict(name="l2p", pool_size=30, prompt_length=5, top_k=5, prompt_pos_embed="none", head_pool="token",
+                pull_coeff=0.1, lr=0.005, batch_size=128, grad_clip=1.0),
+    "dualprompt": dict(name="dualprompt", g_prompt_layers=[0, 1], g_prompt_length=5, e_prompt_layers=[2, 3, 4],
+                       e_prompt_length=20, pull_coeff=1.0, e_prompt_init="previous", lr=0.005, batch_size=128),
+    "sprompt": dict(name="dualprompt", g_prompt_length=0, e_prompt_layers=[0, 1, 2, 3, 4], e_prompt_length=20,
+                    pull_coeff=1.0, e_prompt_init="previous", lr=0.005, batch_size=128),
+}
+EPOCHS = {("cifar100", "l2p"): 10, ("cifar100", "dualprompt"): 20, ("cifar100", "sprompt"): 20,
+          ("imagenet_r", "l2p"): 50, ("imagenet_r", "dualprompt"): 50, ("imagenet_r", "sprompt"): 50}
+
+
+@pytest.mark.parametrize("bench, method", sorted(EPOCHS))
+def test_norga_paper_configs_carry_the_authors_values(bench, method):
+    cfg = load_config(REPO / "configs" / f"{bench}_{method}_norga_paper.yaml")
+    m = cfg.method
+    for key, value in {**AUTHORS[method], "epochs": EPOCHS[bench, method]}.items():
+        assert getattr(m, key) == value, (key, getattr(m, key), value)
+    assert m.scale_lr_by_batch and m.head_init == "trunc_normal" and cfg.eval_mask_unseen is False
+    assert cfg.model.preset == "sup21k" and cfg.data.transforms == "official" and cfg.seed == 42
+
+
+def _authors_log(tmp_path, evaluations, finished=True):
+    """A log in the authors' format: per task t, lines '* Acc@task a Acc@1 b' for tasks 0..t, then the average."""
+    lines = ["Namespace(...)"]
+    for t, accs in enumerate(evaluations):
+        for task_acc, acc in accs:
+            lines.append(f"* Acc@task {task_acc:.3f} Acc@1 {acc:.3f} Acc@5 99.000 loss 1.000")
+        lines.append(f"[Average accuracy till task{t + 1}]\tAcc@task: 0.0000\tAcc@1: 0.0000")
+    if finished:
+        lines.append("Total training time: 0:01:00")
+    path = tmp_path / "ref.log"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_authors_log_by_hand(tmp_path):
+    log = _authors_log(tmp_path, [[(100, 60.0)], [(90, 40.0), (80, 70.0)], [(70, 30.0), (100, 50.0), (60, 90.0)]])
+    row = authors_log(log)
+    assert row["acc_matrix"] == [[0.6, 0.4, 0.3], [None, 0.7, 0.5], [None, None, 0.9]]
+    assert math.isclose(row["FA"], (0.3 + 0.5 + 0.9) / 3)
+    assert math.isclose(row["CA"], (0.6 + 0.55 + 1.7 / 3) / 3)
+    assert math.isclose(row["FM"], (0.6 - 0.3 + 0.7 - 0.5) / 2)
+    # CODA's forgetting: t=1: 0.6-0.4 = 0.2; t=2: ((0.4-0.3) + (0.7-0.5)) / 2 = 0.15; mean 0.175
+    assert math.isclose(row["FGT_coda"], 0.175)
+    assert math.isclose(row["task_acc"], (0.7 + 1.0 + 0.6) / 3)
+    assert authors_log(log, top_1=False)["task_acc"] is None
+
+
+def test_an_unfinished_or_malformed_authors_log_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="did not finish"):
+        authors_log(_authors_log(tmp_path, [[(100, 60.0)]], finished=False))
+    with pytest.raises(ValueError, match="expected 2"):
+        authors_log(_authors_log(tmp_path, [[(100, 60.0)], [(90, 40.0)]]))
+
+
+def test_coda_results_by_hand(tmp_path):
+    (tmp_path / "results-acc").mkdir()
+    # history[task][after][seed] in percent; entries for after < task are zeros in the file
+    history = [[[50, 60], [40, 30]], [[0, 0], [80, 90]]]
+    (tmp_path / "results-acc" / "pt.yaml").write_text(json.dumps({"history": history}))
+    seeds = coda_results(tmp_path)
+    assert [s["acc_matrix"] for s in seeds] == [[[0.5, 0.4], [None, 0.8]], [[0.6, 0.3], [None, 0.9]]]
+    assert math.isclose(seeds[1]["FA"], 0.6) and math.isclose(seeds[1]["FGT_coda"], 0.3)
+
+
+def test_collect_names_every_missing_or_unfinished_run(tmp_path):
+    run = tmp_path / "runs" / "norga_l2p_s42"
+    run.mkdir(parents=True)
+    (run / "metrics.json").write_text(json.dumps({"completed_tasks": 1, "num_tasks": 5, "acc_matrix": [[0.5]]}))
+    with pytest.raises(ValueError, match="1 of 5 tasks"):
+        norga_run(run)
+    rows, missing = collect(tmp_path)
+    assert rows == [] and any("norga_l2p_s42" in m and "1 of 5" in m for m in missing)
+    assert any("ref_coda" in m for m in missing)
