@@ -24,10 +24,10 @@ COMMON = ["model.preset=null", "model.name=vit_small_patch14_dinov2", "data.imag
           "data.classes_per_task=10"]
 
 
-def real_batch(shared: Path) -> torch.Tensor:
-    """The first CIFAR-100 test image of classes 0..7, bicubic to 56 px, ImageNet mean/std: (8, 3, 56, 56)."""
+def real_batch(shared: Path, classes=range(8)) -> torch.Tensor:
+    """The first CIFAR-100 test image of each of ``classes``, bicubic to 56 px, ImageNet mean/std: (N, 3, 56, 56)."""
     data = np.load(shared / "data" / "cifar100.npz")
-    pick = np.concatenate([np.where(data["test_y"] == c)[0][:1] for c in range(8)])
+    pick = np.concatenate([np.where(data["test_y"] == c)[0][:1] for c in classes])
     img = torch.tensor(data["test_x"][pick]).permute(0, 3, 1, 2).float() / 255
     img = F.interpolate(img, size=56, mode="bicubic", align_corners=False).clamp(0, 1)
     mean = torch.tensor([0.485, 0.456, 0.406])[:, None, None]
