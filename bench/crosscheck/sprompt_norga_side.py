@@ -1,8 +1,8 @@
 """norga's side of the S-Prompts cross-check: ``python -m bench.crosscheck.sprompt_norga_side --out DIR``.
 
 Writes DIR/norga_sprompt.pt for ``bench/crosscheck/sprompt_reference_side.py``: the DINOv2 ViT-S/14 of ../shared
-converted by timm to 56 px, 16 real CIFAR-100 test images (classes 0, 3, ..., 45) (ImageNet mean/std), and norga's ``sprompt`` with 5
-learned tasks of 10 classes: random prompts of 10 tokens per task (nn.Linear's init range, as the official code),
+converted by timm to 56 px, 16 real CIFAR-100 test images (classes 0, 3, ..., 45; ImageNet mean/std), and norga's
+``sprompt`` with 5 learned tasks of 10 classes: random prompts of 10 tokens per task (nn.Linear's init range, as the official code),
 5 centroids per task placed near real normalised features, and the common head; norga's frozen features, the task
 selected per sample (nearest centroid, L1), the prompted features with each sample's selected prompt, the logits
 within the selected task and the predicted class.
@@ -44,7 +44,8 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     x = real_batch(args.shared, classes=range(0, 48, 3))
-    torch.save(sprompt(x, args.shared / "weights" / "dinov2_vits14_imgfocus.safetensors"), args.out / "norga_sprompt.pt")
+    weights = args.shared / "weights" / "dinov2_vits14_imgfocus.safetensors"
+    torch.save(sprompt(x, weights), args.out / "norga_sprompt.pt")
     print(f"wrote {args.out / 'norga_sprompt.pt'}")
     return 0
 
