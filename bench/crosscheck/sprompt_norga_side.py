@@ -4,8 +4,8 @@ Writes DIR/norga_sprompt.pt for ``bench/crosscheck/sprompt_reference_side.py``: 
 converted by timm to 56 px, 16 real CIFAR-100 test images (classes 0, 3, ..., 45; ImageNet mean/std), and norga's
 ``sprompt`` with 5 learned tasks of 10 classes: random prompts of 10 tokens per task (nn.Linear's init range, as
 the official code), 5 centroids per task placed near real normalised features, and the common head; norga's frozen
-features, the task selected per sample (nearest centroid, L1), the prompted features with each sample's selected prompt, the logits
-within the selected task and the predicted class.
+features, the task selected per sample (nearest centroid, L1), the prompted features with each sample's selected
+prompt, the logits within the selected task and the predicted class.
 """
 from __future__ import annotations
 
