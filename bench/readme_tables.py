@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Callable, Dict, List
 
 from bench import real_data_cpu
+from bench.crosscheck import training as crosscheck_training
 from bench.moe_arms import routing_lines, routing_pair_lines
 from bench.regimes import REPO
 from norga.summary_stats import table_head
@@ -42,6 +43,7 @@ class Results:
 
 BLOCKS: Dict[str, Callable[[Results], List[str]]] = {}
 BLOCK_ARMS: Dict[str, List[str]] = {}  # the arms each table needs (named when it has no rows yet)
+BLOCK_MISSING: Dict[str, str] = {}  # what to run when a table that does not read the evidence rows has no rows
 MARKER = re.compile(r"<!-- bench:([\w-]+) -->\n(.*?)<!-- /bench:([\w-]+) -->", re.S)
 MATCHED = ["lora_moe", "mh_moe", "lora_moe_k16_top5"]
 H_SWEEP = ["mh_moe_h2", "mh_moe_h4", "mh_moe", "mh_moe_h8"]  # H = 2, 4, 6 (the backbone's heads), 8
@@ -112,6 +114,29 @@ def headwise_pairs(results: Results) -> List[str]:
         real_data_cpu.pair_stat_row(n, p) for n, p in pairs.items()] if pairs else []
 
 
+CROSSCHECK_MISSING = "run `python -m bench.crosscheck.training --collect DIR` (docs/crosscheck.md, \"Repeat it\")"
+BLOCK_MISSING["crosscheck-means"] = CROSSCHECK_MISSING
+
+
+@block("crosscheck-means", [])
+def crosscheck_means(results: Results) -> List[str]:
+    """docs/crosscheck.md: mean FA per side and norga − reference, from bench/results/crosscheck_training.json."""
+    rows = crosscheck_training.load()
+    return crosscheck_training.mean_lines(rows) if rows else []
+
+
+def _crosscheck_per_seed(method: str):
+    def table(results: Results) -> List[str]:
+        rows = crosscheck_training.load()
+        return crosscheck_training.per_seed_lines(rows, method) if rows else []
+    return table
+
+
+for _method in crosscheck_training.METHODS:
+    BLOCK_MISSING[f"crosscheck-{_method}"] = CROSSCHECK_MISSING
+    block(f"crosscheck-{_method}", [])(_crosscheck_per_seed(_method))
+
+
 def typographic(line: str) -> str:
     """ASCII minus before a digit -> "−" (table rules and names are left alone)."""
     return re.sub(r"-(?=\d)", "−", line)
@@ -119,7 +144,8 @@ def typographic(line: str) -> str:
 
 def render_block(name: str, results: Results) -> str:
     lines = [typographic(ln) for ln in BLOCKS[name](results)]
-    missing = f"*No rows yet for `{name}`: run `python -m bench.real_data_cpu --only {' '.join(BLOCK_ARMS[name])}`.*"
+    how = BLOCK_MISSING.get(name) or f"run `python -m bench.real_data_cpu --only {' '.join(BLOCK_ARMS[name])}`"
+    missing = f"*No rows yet for `{name}`: {how}.*"
     return "\n".join(lines or [missing]) + "\n"
 
 

@@ -90,3 +90,15 @@ def test_collect_names_every_missing_or_unfinished_run(tmp_path):
     rows, missing = collect(tmp_path)
     assert rows == [] and any("norga_l2p_s42" in m and "1 of 5" in m for m in missing)
     assert any("ref_coda" in m for m in missing)
+
+
+@pytest.mark.parametrize("bench, recipe", [("cifar100", "coda_cifar"), ("imagenet_r", "coda_imagenet")])
+def test_coda_official_configs_follow_the_official_code(bench, recipe):
+    """GT-RIPL/CODA-Prompt 6417d4f: timm 0.4.12's vit_base_patch16_224 (augreg in21k, fine-tuned in1k) fed
+    un-normalised images; the method values are those of cifar100_coda.yaml / imagenet_r_coda.yaml."""
+    official = load_config(REPO / "configs" / f"{bench}_coda_official.yaml")
+    ours = load_config(REPO / "configs" / f"{bench}_coda.yaml")
+    assert official.data.transforms == recipe and official.model.preset is None
+    assert official.model.name == "vit_base_patch16_224.augreg_in21k_ft_in1k"
+    assert official.method == ours.method and official.method.lr == 0.001 and official.method.pool_size == 100
+    assert official.method.epochs == (20 if bench == "cifar100" else 50)
