@@ -91,10 +91,12 @@ def coda_results(run: Path) -> List[dict]:
 
 
 def norga_run(run: Path) -> dict:
+    """Scores of a finished norga run folder; task_acc = mean task-identification accuracy after the last task."""
     metrics = json.loads((run / "metrics.json").read_text())
     if metrics["completed_tasks"] != metrics["num_tasks"]:
         raise ValueError(f"{run}: {metrics['completed_tasks']} of {metrics['num_tasks']} tasks (not finished)")
-    return scores(as_matrix(metrics["acc_matrix"]), metrics.get("tii_accuracy"))
+    tii = metrics.get("tii_accuracy")  # per task after the last one, or None (no task inference)
+    return scores(as_matrix(metrics["acc_matrix"]), float(np.mean(tii)) if tii else None)
 
 
 def _sources(root: Path, method: str) -> List[tuple]:
