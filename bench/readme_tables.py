@@ -48,7 +48,7 @@ MARKER = re.compile(r"<!-- bench:([\w-]+) -->\n(.*?)<!-- /bench:([\w-]+) -->", r
 MATCHED = ["lora_moe", "mh_moe", "lora_moe_k16_top5"]
 H_SWEEP = ["mh_moe_h2", "mh_moe_h4", "mh_moe", "mh_moe_h8"]  # H = 2, 4, 6 (the backbone's heads), 8
 HEADWISE = ["norga_headwise", "norga_tanh", "hideprompt"]
-OVERVIEW = ["norga_tanh", "hideprompt", "no_prompt", "sprompt", "dualprompt", "l2p", "coda", "lora_moe", "mh_moe"]
+OVERVIEW = ["norga_tanh", "hideprompt", "no_prompt", "simplecil", "sprompt", "dualprompt", "l2p", "coda", "lora_moe", "mh_moe"]
 PAIR_COLUMNS = ("FA", "FM", "TIL_FA")
 
 

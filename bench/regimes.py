@@ -16,6 +16,7 @@ Only this module reads those files; the scripts keep the mechanism.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,7 @@ from typing import Any, Dict, List, Tuple
 import yaml
 
 from norga.config import load_config, read_config_file, same_options
+from norga.config.registry import method_config_class
 
 REPO = Path(__file__).resolve().parents[1]
 BENCH_CONFIGS = REPO / "configs" / "bench"
@@ -75,8 +77,16 @@ class Regime:
         if not quick:
             return []
         if self.own_method(arm):
-            return flatten({"data": self.quick.get("data", {})}) + flatten(self.quick_own_method)
+            return flatten({"data": self.quick.get("data", {})}) + flatten(self._own_quick(arm))
         return flatten(self.quick)
+
+    def _own_quick(self, arm: str) -> Dict[str, Any]:
+        """``quick_own_method`` without the method keys ``arm``'s method does not have (SimpleCIL has no epochs)."""
+        name = read_config_file(self.arm_config(arm)).get("method", {}).get("name")
+        fields = {f.name for f in dataclasses.fields(method_config_class(name))}
+        method = {k: v for k, v in self.quick_own_method.get("method", {}).items() if k in fields}
+        return {**self.quick_own_method, "method": method} if method else \
+            {k: v for k, v in self.quick_own_method.items() if k != "method"}
 
     def config(self, arm: str, quick: bool, extra: List[str] = ()):
         """The arm's resolved config (``extra``: further overrides, e.g. the seed and data root)."""
