@@ -114,6 +114,18 @@ def headwise_pairs(results: Results) -> List[str]:
         real_data_cpu.pair_stat_row(n, p) for n, p in pairs.items()] if pairs else []
 
 
+SIMPLECIL_PAIRS = ["sprompt", "dualprompt", "l2p", "coda", "no_prompt"]
+
+
+@block("baselines-vs-simplecil", SIMPLECIL_PAIRS + ["simplecil"])
+def baselines_vs_simplecil(results: Results) -> List[str]:
+    """Paired differences arm − simplecil (the prompt-free row of the published tables)."""
+    pairs = results.stats["pairs"]
+    names = [f"{a} − simplecil" for a in SIMPLECIL_PAIRS if f"{a} − simplecil" in pairs]
+    return table_head("difference", PAIR_COLUMNS) + [
+        real_data_cpu.pair_stat_row(n, pairs[n], PAIR_COLUMNS) for n in names] if names else []
+
+
 CROSSCHECK_MISSING = "run `python -m bench.crosscheck.training --collect DIR` (docs/crosscheck.md, \"Repeat it\")"
 BLOCK_MISSING["crosscheck-means"] = CROSSCHECK_MISSING
 
