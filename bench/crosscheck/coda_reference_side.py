@@ -104,10 +104,35 @@ def training_steps(ref: dict, saved: dict) -> None:
           f"{biggest(zoo.last.weight.detach(), steps['trained_head']['weight']):.1e} (moved {moved:.1e})")
 
 
+def gram_schmidt_check(ref: dict, checkpoint: Path) -> None:
+    """Its Gram-Schmidt draw of task 2's components after tasks 0-1 were trained (``checkpoint``: its
+    ``models/repeat-1/task-2/class.pth`` of a run on the small task): how orthogonal the new rows are to the
+    learned ones (max |cos|) and to each other (max |G - I|). norga's draw gives 0 up to float precision."""
+    state = torch.load(checkpoint, map_location="cpu", weights_only=False)
+    prompt = ref["CodaPrompt"](384, 5, [100, 8, 0.0], key_dim=384)
+    for name, value in state.items():
+        if name.startswith("prompt.e_"):
+            setattr(prompt, name[len("prompt."):], nn.Parameter(value.clone()))
+    prompt.task_count = 1
+    torch.manual_seed(0)  # its draw uses the global generator
+    prompt.process_task_count()  # task_count 2: draws rows [40, 60) against rows [0, 40)
+    for kind, label in (("p", "components"), ("k", "keys"), ("a", "attention")):
+        cross = gram = 0.0
+        for block in LAYERS:
+            old = state[f"prompt.e_{kind}_{block}"][:40].flatten(1)
+            new = getattr(prompt, f"e_{kind}_{block}").detach()[40:60].flatten(1)
+            unit = lambda m: m / m.norm(dim=1, keepdim=True)  # noqa: E731
+            cross = max(cross, float((unit(new) @ unit(old).T).abs().max()))
+            gram = max(gram, float((new @ new.T - torch.eye(len(new))).abs().max()))
+        print(f"CODA Gram-Schmidt of task 2, {label}: max |cos(new, learned)| {cross:.3f}, max |G - I| {gram:.3f}")
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ref", type=Path, required=True, help="checkout of GT-RIPL/CODA-Prompt")
     p.add_argument("--saved", type=Path, required=True, help="what bench.crosscheck.coda_norga_side wrote")
+    p.add_argument("--gram-schmidt", type=Path, default=None, metavar="CHECKPOINT",
+                   help="also measure its Gram-Schmidt draw on a trained task-2 checkpoint (class.pth)")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     torch.Tensor.cuda = lambda self, *a, **k: self.clone()  # its two .cuda() calls, on the CPU (in memory)
@@ -122,6 +147,8 @@ def main(argv=None) -> int:
     saved = torch.load(args.saved / "norga_coda.pt", weights_only=False)
     forward_check(ref, saved["forward"])
     training_steps(ref, saved)
+    if args.gram_schmidt:
+        gram_schmidt_check(ref, args.gram_schmidt)
     return 0
 
 
