@@ -102,3 +102,12 @@ def test_coda_official_configs_follow_the_official_code(bench, recipe):
     assert official.model.name == "vit_base_patch16_224.augreg_in21k_ft_in1k"
     assert official.method == ours.method and official.method.lr == 0.001 and official.method.pool_size == 100
     assert official.method.epochs == (20 if bench == "cifar100" else 50)
+
+
+def test_collect_names_unfinished_coda_repeats(tmp_path):
+    (tmp_path / "runs" / "ref_coda" / "results-acc").mkdir(parents=True)
+    history = [[[50], [40]], [[0], [80]]]  # one repeat of the three written so far
+    (tmp_path / "runs" / "ref_coda" / "results-acc" / "pt.yaml").write_text(json.dumps({"history": history}))
+    rows, missing = collect(tmp_path)
+    assert [r["seed"] for r in rows if r["method"] == "coda"] == [0]
+    assert any("1 of 3 repeats finished" in m for m in missing)

@@ -125,9 +125,13 @@ def collect(root: Path) -> tuple:
             except (OSError, ValueError) as e:
                 missing.append(f"{path}: {e}")
         if method == "coda":
+            seeds, run = METHODS[method][2], root / "runs" / METHODS[method][0]
             try:
-                for seed, score in zip(METHODS[method][2], coda_results(root / "runs" / METHODS[method][0])):
+                scored = coda_results(run)
+                for seed, score in zip(seeds, scored):
                     rows.append({"method": method, "side": "reference_fixed", "seed": seed, **score})
+                if len(scored) < len(seeds):
+                    missing.append(f"{run}: {len(scored)} of {len(seeds)} repeats finished")
             except (OSError, ValueError) as e:
                 missing.append(f"{root / 'runs' / METHODS[method][0]}: {e}")
     return rows, missing
