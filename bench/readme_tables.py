@@ -144,6 +144,13 @@ def _crosscheck_per_seed(method: str):
     return table
 
 
+@block("crosscheck-l2p-per-task", [])
+def crosscheck_l2p_per_task(results: Results) -> List[str]:
+    rows = crosscheck_training.load()
+    return crosscheck_training.per_task_lines(rows, "l2p") if rows else []
+
+
+BLOCK_MISSING["crosscheck-l2p-per-task"] = CROSSCHECK_MISSING
 for _method in crosscheck_training.METHODS:
     BLOCK_MISSING[f"crosscheck-{_method}"] = CROSSCHECK_MISSING
     block(f"crosscheck-{_method}", [])(_crosscheck_per_seed(_method))

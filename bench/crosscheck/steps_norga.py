@@ -34,11 +34,11 @@ STEP = ["method.epochs=1", "method.batch_size=20", "method.lr=0.0025", "method.s
         "method.grad_clip=1.0", "method.head_init=trunc_normal"]
 
 
-def step_batches(shared: Path, per_class: int = 6) -> tuple:
-    """``per_class`` training images of each class 0-9 (60 by default), bicubic to 56 px, ImageNet mean/std:
-    (10 per_class, 3, 56, 56), labels (10 per_class,)."""
+def step_batches(shared: Path, per_class: int = 6, task: int = 0) -> tuple:
+    """``per_class`` training images of each class of ``task`` (classes 10 task .. 10 task + 9; 60 images by
+    default), bicubic to 56 px, ImageNet mean/std: (10 per_class, 3, 56, 56), labels (10 per_class,)."""
     data = np.load(shared / "data" / "cifar100.npz")
-    pick = np.concatenate([np.where(data["train_y"] == c)[0][:per_class] for c in range(10)])
+    pick = np.concatenate([np.where(data["train_y"] == c)[0][:per_class] for c in range(10 * task, 10 * task + 10)])
     pick = pick[np.random.RandomState(0).permutation(len(pick))]  # mixed classes in every batch
     img = torch.tensor(data["train_x"][pick]).permute(0, 3, 1, 2).float() / 255
     img = F.interpolate(img, size=56, mode="bicubic", align_corners=False).clamp(0, 1)
@@ -54,15 +54,16 @@ def tensors(state: dict) -> Dict[str, torch.Tensor]:
     return out
 
 
-def train_steps(name: str, weights: Path, x: torch.Tensor, y: torch.Tensor, epochs: int = 1) -> dict:
-    """``epochs`` passes over the fixed batches of 20 (x, y) in order, from norga's initial tensors."""
+def train_steps(name: str, weights: Path, x: torch.Tensor, y: torch.Tensor, epochs: int = 1, task: int = 0) -> dict:
+    """``epochs`` passes over the fixed batches of 20 (x, y) in order as task ``task``, from norga's initial
+    tensors."""
     config, overrides = SETTINGS[name]
     vit, method = method_of(config, overrides + STEP + [f"method.epochs={epochs}"], weights)
     initial = tensors(method.state_dict(0))
     batches: List[tuple] = [(x[i:i + 20], y[i:i + 20]) for i in range(0, len(x), 20)]
-    method.learn_task(0, TaskLoaders(batches, None, None))
+    method.learn_task(task, TaskLoaders(batches, None, None))
     return {"backbone": {k: v.float() for k, v in vit.state_dict().items()}, "images": x, "labels": y,
-            "initial": initial, "epochs": epochs, "trained": tensors(method.state_dict(0)),
+            "initial": initial, "epochs": epochs, "task": task, "trained": tensors(method.state_dict(task)),
             "layers": {"g": getattr(method, "g_layers", []), "e": getattr(method, "e_layers", [])}}
 
 
@@ -73,13 +74,14 @@ def main(argv=None) -> int:
     p.add_argument("--only", nargs="+", choices=sorted(SETTINGS), default=sorted(SETTINGS))
     p.add_argument("--per-class", type=int, default=6, help="training images per class 0-9 (batches of 20)")
     p.add_argument("--epochs", type=int, default=1, help="passes over the batches")
+    p.add_argument("--task", type=int, default=0, choices=range(5), help="train as this task (its classes)")
     args = p.parse_args(argv)
     torch.manual_seed(0)
     args.out.mkdir(parents=True, exist_ok=True)
-    x, y = step_batches(args.shared, args.per_class)
+    x, y = step_batches(args.shared, args.per_class, args.task)
     for name in args.only:
         torch.save(train_steps(name, args.shared / "weights" / "dinov2_vits14_imgfocus.safetensors", x, y,
-                               args.epochs),
+                               args.epochs, args.task),
                    args.out / f"steps_{name}.pt")
         print(f"wrote {args.out / f'steps_{name}.pt'}")
     return 0

@@ -82,7 +82,7 @@ def run(modules: dict, name: str, saved: dict, patched: bool) -> dict:
     class_mask = [list(range(10 * t, 10 * t + 10)) for t in range(5)]
     for epoch in range(epochs):  # one optimiser for the whole task, as its train_and_evaluate
         modules["train_one_epoch"](model, original, torch.nn.CrossEntropyLoss(), batches, optimizer,
-                                   torch.device("cpu"), epoch, 1.0, True, 0, class_mask, args)
+                                   torch.device("cpu"), epoch, 1.0, True, saved.get("task", 0), class_mask, args)
     return trained_difference(model, name, saved)
 
 
