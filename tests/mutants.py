@@ -112,6 +112,18 @@ MUTANTS = (
     Mutant("ddp_statistics_from_own_shard", "norga/toolkit/stages.py",
            "    if shard is None:\n        return feats, labels", "    if True:\n        return feats, labels",
            ("tests/test_distributed.py",)),
+    # RanPAC (#35)
+    Mutant("ranpac_ridge_dropped", "norga/methods/ranpac.py", "torch.linalg.solve(gram + ridge * eye, targets)",
+           "torch.linalg.solve(gram + eye, targets)", ("tests/test_ranpac.py",)),
+    Mutant("ranpac_gram_not_accumulated", "norga/methods/ranpac.py", "self.gram += h.T @ h", "self.gram = h.T @ h",
+           ("tests/test_ranpac.py",)),
+    Mutant("ranpac_projection_redrawn_per_task", "norga/methods/ranpac.py",
+           "        h = self.lift(feats)\n",
+           "        self.projection.normal_()\n        h = self.lift(feats)\n", ("tests/test_ranpac.py",)),
+    Mutant("ranpac_no_relu", "norga/methods/ranpac.py", 'F.relu(h) if activation == "relu" else h', "h",
+           ("tests/test_ranpac.py",)),
+    Mutant("ranpac_ridge_chosen_on_fit_part", "norga/methods/ranpac.py", "(h[val] @ ridge_solve(gram, targets, float(r)) - y[val])",
+           "(h[fit] @ ridge_solve(gram, targets, float(r)) - y[fit])", ("tests/test_ranpac.py",)),
 )
 
 

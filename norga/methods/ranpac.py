@@ -1,0 +1,120 @@
+"""RanPAC as a registered method: a fixed random projection of frozen features and a ridge classifier.
+
+Nothing is trained. A frozen feature f (D,) becomes h = act(f W) (M,) with W (D, M) Gaussian, drawn once from
+the run seed and kept for the whole run. Task t adds its un-augmented training samples to the Gram matrix
+G = sum h h^T (M, M) and to C = sum h y^T (M, classes) (y one-hot); then lambda is chosen on a held-out part of
+task t's samples (:func:`select_ridge`) and the classifier is W_o = (G + lambda I)^-1 C (:func:`ridge_solve`).
+A test sample's logits are h W_o; classes not learned yet score -inf. It infers no task id.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ..toolkit.seeding import task_generator
+from ..toolkit.stages import extract_features
+from . import register_method
+from .base import Method, Prediction, TaskLoaders, TestBatch
+
+_PROJECTION_STAGE, _SPLIT_STAGE = 0, 1  # stages of task_generator: the projection (task 0) and each task's split
+
+
+def random_features(feats: Tensor, projection: Tensor, activation: str) -> Tensor:
+    """(N, D) features, (D, M) projection -> (N, M) act(feats @ projection) in float64."""
+    h = feats.double() @ projection.double()
+    return F.relu(h) if activation == "relu" else h
+
+
+def ridge_solve(gram: Tensor, targets: Tensor, ridge: float) -> Tensor:
+    """(M, M) Gram matrix G, (M, K) C -> (M, K) W_o = (G + ridge I)^-1 C (a linear solve, not an inverse)."""
+    eye = torch.eye(gram.shape[0], dtype=gram.dtype, device=gram.device)
+    return torch.linalg.solve(gram + ridge * eye, targets)
+
+
+def select_ridge(h: Tensor, y: Tensor, ridges: Sequence[float], val_fraction: float, generator) -> float:
+    """The ridge of ``ridges`` whose W_o fitted on a random (1 - val_fraction) part of (h (N, M), y (N, K))
+    predicts the rest with the least mean squared error (first one on ties)."""
+    order = torch.randperm(h.shape[0], generator=generator)
+    n_fit = int(h.shape[0] * (1.0 - val_fraction))
+    fit, val = order[:n_fit], order[n_fit:]
+    if n_fit == 0 or len(val) == 0:
+        raise ValueError(f"{h.shape[0]} samples cannot be split by val_fraction={val_fraction}")
+    gram, targets = h[fit].T @ h[fit], h[fit].T @ y[fit]
+    losses = [(h[val] @ ridge_solve(gram, targets, float(r)) - y[val]).pow(2).mean().item() for r in ridges]
+    return float(ridges[min(range(len(losses)), key=losses.__getitem__)])
+
+
+@register_method("ranpac")
+class RanPAC(Method):
+    """Projection W (D, M), Gram G (M, M), C (M, classes), classifier W_o (M, classes); ``learned`` (classes,)."""
+
+    def __init__(self, vit, task_classes, cfg, device):
+        super().__init__(vit, task_classes, cfg, device)
+        self.model = self.frozen_token_model(vit)
+        m, dim = cfg.method.projection_dim, self.model.embed_dim
+        gen = task_generator(cfg.seed, 0, _PROJECTION_STAGE)
+        self.projection = torch.randn(dim, m, generator=gen).to(device)
+        self.gram = torch.zeros(m, m, dtype=torch.float64, device=device)
+        self.targets = torch.zeros(m, self.num_classes, dtype=torch.float64, device=device)
+        self.head = torch.zeros(m, self.num_classes, dtype=torch.float64, device=device)
+        self.learned = torch.zeros(self.num_classes, dtype=torch.bool, device=device)
+        self.chosen_ridges: List[float] = []
+
+    @property
+    def train_batch_size(self) -> int:
+        return self.cfg.eval_batch_size  # the augmented loader is never used
+
+    def lift(self, feats: Tensor) -> Tensor:
+        """(N, D) frozen features -> (N, M) random features h on the device."""
+        return random_features(feats.to(self.device), self.projection, self.cfg.method.activation)
+
+    def learn_task(self, task: int, loaders: TaskLoaders) -> None:
+        feats, labels = extract_features(self.model, loaders.train_plain, self.device, desc="frozen feats")
+        missing = [c for c in self.task_classes[task] if not (labels == c).any()]
+        if missing:
+            raise ValueError(f"classes {missing} of task {task} have no training samples")
+        h = self.lift(feats)
+        y = F.one_hot(labels.long(), self.num_classes).double().to(self.device)
+        self.gram += h.T @ h
+        self.targets += h.T @ y
+        opts = self.cfg.method
+        gen = task_generator(self.cfg.seed, task, _SPLIT_STAGE)
+        ridge = select_ridge(h, y, list(opts.ridges), opts.val_fraction, gen)
+        self.chosen_ridges.append(ridge)
+        self.head = ridge_solve(self.gram, self.targets, ridge)
+        self.learned[self.task_classes[task]] = True
+
+    def logits(self, feats: Tensor) -> Tensor:
+        """(B, D) frozen features -> (B, C) logits h W_o (float32); -inf for classes not learned yet."""
+        scores = (self.lift(feats) @ self.head).float()
+        return scores.masked_fill(~self.learned, float("-inf"))
+
+    def predict_batch(self, batch: TestBatch, cache: Any) -> Prediction:
+        logits = self.logits(self.frozen_query(batch, cache).float())
+        return Prediction(logits, logits)
+
+    def state_dict(self, task: int) -> Dict[str, Any]:
+        return {"projection": self.projection.cpu(), "gram": self.gram.cpu(), "targets": self.targets.cpu(),
+                "head": self.head.cpu(), "learned": self.learned.cpu(), "ridges": list(self.chosen_ridges)}
+
+    def load_state_dict(self, state: Dict[str, Any], with_training_state: bool = True) -> None:
+        self.projection.copy_(state["projection"].to(self.device))
+        self.head.copy_(state["head"].to(self.device))
+        self.learned.copy_(state["learned"].to(self.device))
+        self.chosen_ridges = [float(r) for r in state["ridges"]]
+        if with_training_state:
+            self.gram.copy_(state["gram"].to(self.device))
+            self.targets.copy_(state["targets"].to(self.device))
+
+    def describe(self) -> Dict[str, Any]:
+        opts = self.cfg.method
+        return {"name": self.name, "projection_dim": opts.projection_dim, "activation": opts.activation,
+                "ridges": list(self.chosen_ridges), "classes": int(self.learned.sum())}
+
+    def summary(self) -> str:
+        opts = self.cfg.method
+        return (f"method: ranpac (random projection {self.model.embed_dim}->{opts.projection_dim}, {opts.activation}, "
+                f"ridge classifier, lambda from {len(opts.ridges)} values on {opts.val_fraction:g} held out)")
