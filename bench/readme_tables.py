@@ -48,7 +48,8 @@ MARKER = re.compile(r"<!-- bench:([\w-]+) -->\n(.*?)<!-- /bench:([\w-]+) -->", r
 MATCHED = ["lora_moe", "mh_moe", "lora_moe_k16_top5"]
 H_SWEEP = ["mh_moe_h2", "mh_moe_h4", "mh_moe", "mh_moe_h8"]  # H = 2, 4, 6 (the backbone's heads), 8
 HEADWISE = ["norga_headwise", "norga_tanh", "hideprompt"]
-OVERVIEW = ["norga_tanh", "hideprompt", "no_prompt", "simplecil", "sprompt", "dualprompt", "l2p", "coda", "lora_moe", "mh_moe"]
+OVERVIEW = ["norga_tanh", "hideprompt", "no_prompt", "simplecil", "ranpac", "sprompt", "dualprompt", "l2p", "coda",
+            "lora_moe", "mh_moe"]
 PAIR_COLUMNS = ("FA", "FM", "TIL_FA")
 
 
@@ -114,7 +115,7 @@ def headwise_pairs(results: Results) -> List[str]:
         real_data_cpu.pair_stat_row(n, p) for n, p in pairs.items()] if pairs else []
 
 
-SIMPLECIL_PAIRS = ["sprompt", "dualprompt", "l2p", "coda", "no_prompt"]
+SIMPLECIL_PAIRS = ["sprompt", "dualprompt", "l2p", "coda", "ranpac", "no_prompt"]
 
 
 @block("baselines-vs-simplecil", SIMPLECIL_PAIRS + ["simplecil"])
