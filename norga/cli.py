@@ -9,8 +9,9 @@
 ``train.py`` and ``eval.py`` are thin wrappers around :func:`train_main` and
 :func:`eval_main`. Failure behaviour (README "Failure behaviour"): every problem
 the user can fix is one line ``error: ...`` on stderr and exit status 2, with
-no traceback; Ctrl-C (or SIGTERM) stops with one line saying how to resume,
-exit status 130. The config is read and checked before torch and timm are
+no traceback; a run stopped because training diverged exits with status 3 (its
+folder says ``status: failed``); Ctrl-C (or SIGTERM) stops with one line saying
+how to resume, exit status 130. The config is read and checked before torch and timm are
 imported, so a config mistake costs a fraction of a second.
 """
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Callable, List, Optional, Sequence
 
 from . import __version__
 from .config import ConfigError, load_config
-from .errors import NorgaError, one_line
+from .errors import DIVERGED_EXIT, NorgaError, TrainingDiverged, one_line
 
 INTERRUPTED = 130  # the shell's status for a process stopped by SIGINT
 _DISK = {errno.ENOSPC: "free some space", getattr(errno, "EDQUOT", errno.ENOSPC): "free some space",
@@ -48,8 +49,16 @@ def user_error(err: BaseException) -> Optional[str]:
     return None
 
 
+def close_progress_bars() -> None:
+    """Close the progress bars still open, so that a message starts on its own terminal line."""
+    from tqdm import tqdm
+
+    for bar in list(getattr(tqdm, "_instances", ())):
+        bar.close()
+
+
 def guarded(action: Callable[[], int], on_interrupt: Callable[[], str]) -> int:
-    """Run ``action``: user errors -> one line + exit 2; Ctrl-C/SIGTERM -> one line + exit 130."""
+    """Run ``action``: user errors -> one line + exit 2 (a diverged run: 3); Ctrl-C/SIGTERM -> one line + 130."""
     previous = signal.getsignal(signal.SIGTERM)
     try:
         signal.signal(signal.SIGTERM, _raise_interrupt)
@@ -58,14 +67,16 @@ def guarded(action: Callable[[], int], on_interrupt: Callable[[], str]) -> int:
     try:
         return action()
     except KeyboardInterrupt:
+        close_progress_bars()
         print(f"error: interrupted; {on_interrupt()}", file=sys.stderr)
         return INTERRUPTED
     except Exception as err:  # noqa: BLE001 - filtered by user_error, bugs are re-raised
         message = user_error(err)
         if message is None:
             raise
+        close_progress_bars()
         print(f"error: {message}", file=sys.stderr)
-        return 2
+        return DIVERGED_EXIT if isinstance(err, TrainingDiverged) else 2
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
@@ -110,8 +121,9 @@ def run_train(args: argparse.Namespace) -> int:
     m = run_training(cfg, out, force=args.force)
     if not _main_process():
         return 0
+    mixed = "; tasks trained with different configs (--force): see config_history" if m.get("mixed_config") else ""
     print(f"run complete: FA {m['FA']:.4f}  CA {m['CA']:.4f}  FM {m['FM']:.4f} "
-          f"({m['completed_tasks']} of {m['num_tasks']} tasks) -> {out / 'metrics.json'}")
+          f"({m['completed_tasks']} of {m['num_tasks']} tasks{mixed}) -> {out / 'metrics.json'}")
     return 0
 
 

@@ -7,7 +7,9 @@ command line is a bug and keeps its traceback.
 
 * :class:`RunError` — the run folder: in use by another process, not a
   folder, unwritable or full, corrupt or unreadable state;
-* :class:`NonFiniteLoss` — training diverged (a loss became NaN or inf);
+* :class:`TrainingDiverged` — training diverged: a loss became NaN or inf (:class:`NonFiniteLoss`), learned
+  tensors are not finite, or a task ended at chance after its loss exploded; the run folder is marked
+  ``status: failed`` and the command exits with :data:`DIVERGED_EXIT` (3), not 2;
 * ``norga.data.DataError`` and ``norga.models.backbone.CheckpointError``
   (data and backbone weights) also derive from :class:`NorgaError`.
 
@@ -28,7 +30,16 @@ class RunError(NorgaError):
     """The run folder cannot be used as asked (lock, layout, integrity, disk)."""
 
 
-class NonFiniteLoss(NorgaError, FloatingPointError):
+DIVERGED_EXIT = 3  # exit status of a run stopped because training diverged (the folder says status: failed)
+
+
+class TrainingDiverged(NorgaError):
+    """Training diverged in a task; that task was not saved, earlier ones are kept (``task``: its index)."""
+
+    task: Optional[int] = None
+
+
+class NonFiniteLoss(TrainingDiverged, FloatingPointError):
     """A training loss became NaN or inf; the message names stage, task, epoch and the key to change."""
 
     def __init__(self, value: float, stage: Optional[str] = None, epoch: Optional[int] = None,

@@ -82,8 +82,11 @@ class Group:
         return {k: describe([r.values()[k] for r in self.runs]) for k in METRICS}
 
 
-def load_run(path: Path) -> Tuple[Optional[Run], str]:
-    """(Run, "") for a finished run, or (None, reason) for a folder to exclude."""
+def load_run(path: Path, allow_mixed: bool = False) -> Tuple[Optional[Run], str]:
+    """(Run, "") for a finished run, or (None, reason) for a folder to exclude (a failed run: its reason).
+
+    A run whose tasks were trained with different configs (``--force``; ``mixed_config`` in metrics.json) is
+    refused with a SummaryError unless ``allow_mixed``: its config.yaml describes only its last tasks."""
     path = Path(path)
     cfg_file, metrics_file = path / "config.yaml", path / "metrics.json"
     if not path.is_dir():
@@ -98,8 +101,16 @@ def load_run(path: Path) -> Tuple[Optional[Run], str]:
     except (yaml.YAMLError, json.JSONDecodeError) as err:
         return None, f"unreadable config.yaml or metrics.json ({err.__class__.__name__})"
     done, total = metrics.get("completed_tasks"), metrics.get("num_tasks")
+    stopped = metrics.get("stopped") or {}
+    if metrics.get("status") == "failed":
+        return None, f"failed in task {stopped.get('task')}: {stopped.get('reason', 'no reason recorded')}"
     if done is None or total is None or done < total:
         return None, f"incomplete: {done}/{total} tasks completed"
+    if metrics.get("mixed_config") and not allow_mixed:
+        changes = [sorted(h.get("changed", {})) for h in metrics.get("config_history", [])[1:]]
+        raise SummaryError(f"{path} was trained with different configs across its tasks (--force; changed: "
+                           f"{changes}, see config_history in its metrics.json): its numbers are not those of one "
+                           "config; leave it out, or pass --allow-mixed to pool it anyway")
     return Run(path, config, metrics), ""
 
 
@@ -165,10 +176,11 @@ def _common_prefix(names: Sequence[str]) -> str:
     return first[:n]
 
 
-def load_group(paths: Sequence[Path], name: Optional[str], fallback: str, ignore: Sequence[str]) -> Group:
+def load_group(paths: Sequence[Path], name: Optional[str], fallback: str, ignore: Sequence[str],
+               allow_mixed: bool = False) -> Group:
     runs, excluded = [], []
     for p in paths:
-        run, reason = load_run(Path(p))
+        run, reason = load_run(Path(p), allow_mixed)
         if run is None:
             excluded.append((Path(p), reason))
         else:
@@ -275,10 +287,10 @@ def csv_text(groups: Sequence[Group], pair: Optional[Tuple[List[int], Dict[str, 
 
 def build(args) -> Tuple[List[Group], Optional[tuple], Dict[str, list]]:
     ignore = IGNORED_KEYS + tuple(args.ignore)
-    groups = [load_group(args.runs, args.name, "A", ignore)]
+    groups = [load_group(args.runs, args.name, "A", ignore, allow_mixed=args.allow_mixed)]
     pair, between = None, {}
     if args.vs:
-        groups.append(load_group(args.vs, args.vs_name, "B", ignore))
+        groups.append(load_group(args.vs, args.vs_name, "B", ignore, allow_mixed=args.allow_mixed))
         if groups[1].name == groups[0].name:
             groups[0].name, groups[1].name = groups[0].name + " (A)", groups[1].name + " (B)"
         try:
@@ -311,6 +323,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--ignore", action="append", default=[], metavar="KEY",
                    help="config key (or section) allowed to differ inside a group, e.g. device (repeatable)")
     p.add_argument("--out", type=Path, default=None, help="write summary.md, summary.csv, comparison.png here")
+    p.add_argument("--allow-mixed", action="store_true",
+                   help="pool runs whose tasks were trained with different configs (norga train --force)")
     return p
 
 

@@ -18,6 +18,7 @@ import pytest
 
 from faults import ENV, REPO, assert_one_line_error, assert_same_metrics, comparable, train_args, train_with_fault
 from norga.cli import main as norga
+from norga.errors import DIVERGED_EXIT
 
 pytestmark = pytest.mark.integration  # trains whole runs: outside the fast loop (-m "not slow and not integration")
 
@@ -83,7 +84,8 @@ def test_lost_config_is_recovered_from_the_checkpoints(reference, tmp_path, caps
     run = copy_run(reference, tmp_path / "run", 3)
     (run / "config.yaml").unlink()
     status, _, err = cli(capsys, "train", *train_args(run, "--set", "method.wtp.epochs=5"))
-    assert_one_line_error(status, err, "different config (changed: ['method.wtp.epochs'])")
+    assert_one_line_error(status, err, "already trained with another config (changed: ['method.wtp.epochs'])",
+                          "nothing was retrained")
     assert not (run / "config.yaml").exists()
     status, out, err = cli(capsys, "train", *train_args(run))
     assert status == 0 and out.startswith("run complete"), err[-2000:]
@@ -198,16 +200,22 @@ def test_second_process_on_a_folder_is_refused_and_a_killed_owner_leaves_no_stal
 def test_non_finite_loss_names_stage_task_epoch_and_key(tmp_path, capsys):
     out = tmp_path / "run"
     status, _, err = cli(capsys, "train", *train_args(out, "--set", "method.tii.lr=1e30"))
-    assert_one_line_error(status, err, "training diverged", "task 0", "epoch", "lower method.tii.lr")
+    assert_one_line_error(status, err, "training diverged", "task 0", "epoch", "lower method.tii.lr",
+                          status=DIVERGED_EXIT)
     assert not (out / "metrics.json").exists() and not list((out / "checkpoints").glob("*.pt"))
 
 
 def test_divergence_in_a_later_task_keeps_earlier_results_without_nan(tmp_path, capsys):
     out = tmp_path / "run"
     status, _, err = cli(capsys, "train", *train_args(out, "--set", "method.tii.align_lr=1e37"))  # alignment: tasks >= 1
-    assert_one_line_error(status, err, "training diverged", "stage tii_align, task 1", "lower method.tii.align_lr")
+    assert_one_line_error(status, err, "training diverged", "stage tii_align, task 1", "lower method.tii.align_lr",
+                          status=DIVERGED_EXIT)
     text = (out / "metrics.json").read_text()
-    assert json.loads(text)["completed_tasks"] == 1 and "NaN" not in text and "Infinity" not in text
+    metrics = json.loads(text)
+    assert metrics["completed_tasks"] == 1 and "NaN" not in text and "Infinity" not in text
+    assert metrics["status"] == "failed" and metrics["stopped"]["task"] == 1
+    assert "stage tii_align, task 1" in metrics["stopped"]["reason"]
+    assert "run failed in task 1" in (out / "log.txt").read_text()
     assert not (out / "checkpoints" / "task_01.pt").exists()
 
 

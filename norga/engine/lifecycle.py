@@ -9,9 +9,9 @@
   checkpoint carries (:func:`attach_evaluation` / :func:`saved_evaluation`), so losing
   them, or a crash between the checkpoint and the metrics write, loses nothing;
 * a finished run answers at once (:func:`finished_metrics`) without building model or data;
-* a diverged task never becomes a checkpoint (:func:`check_finite`), a task at chance
-  accuracy is flagged (:func:`chance_warning`), and a non-finite loss names its task
-  (:func:`task_context`).
+* a diverged task never becomes a checkpoint (:func:`check_finite`, :func:`diverged_to_chance`), a task at
+  chance accuracy is flagged (:func:`chance_warning`), a non-finite loss names its task
+  (:func:`task_context`), and the folder of a diverged run says ``status: failed`` (:func:`write_status`).
 """
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ from typing import Iterator, List, Optional
 
 import torch
 
-from ..errors import NonFiniteLoss, NorgaError
+from ..errors import NorgaError, TrainingDiverged
+from ..toolkit.loss_watch import EXPLOSION_FACTOR, EpochLoss, exploded
 from .evaluate import TaskEvaluation
 from .run_folder import RunDir, RunState
 
@@ -89,21 +90,52 @@ def check_finite(state: dict, task: int) -> None:
     """Refuse to checkpoint a task whose learned tensors hold NaN or inf (training diverged)."""
     for name, tensor in _tensors({k: v for k, v in state.items() if k != "rng"}):
         if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
-            raise NorgaError(f"training diverged in task {task}: {name} holds NaN or inf after training; lower the "
-                             "learning rates (method.*.lr); the task was not saved, earlier tasks are kept")
+            raise TrainingDiverged(f"training diverged in task {task}: {name} holds NaN or inf after training; "
+                                   "lower the learning rates (method.*.lr); the task was not saved, earlier tasks "
+                                   "are kept")
+
+
+def at_chance(evaluation: TaskEvaluation, num_classes: int) -> bool:
+    """Whether the task, even with its true task id, is classified at about chance level (within a tenth of the
+    way from chance to perfect), for a task of at least two classes."""
+    if num_classes < 2:
+        return False
+    chance = 1.0 / num_classes
+    accuracy = evaluation.til_accuracy
+    return not math.isfinite(accuracy) or accuracy <= chance + 0.1 * (1 - chance)
 
 
 def chance_warning(task: int, evaluation: TaskEvaluation, num_classes: int) -> Optional[str]:
     """A warning when the task, even with its true task id, is classified at about chance level."""
-    if num_classes < 2:
-        return None
-    chance = 1.0 / num_classes
-    accuracy = evaluation.til_accuracy
-    if not math.isfinite(accuracy) or accuracy <= chance + 0.1 * (1 - chance):
+    if at_chance(evaluation, num_classes):
+        chance, accuracy = 1.0 / num_classes, evaluation.til_accuracy
         return (f"warning: task {task} is at chance level: accuracy {accuracy:.3f} with the true task id, chance "
                 f"{chance:.3f} for {num_classes} classes; training may have diverged (learning rates too high? "
                 "method.*.lr) or the data carry no signal")
     return None
+
+
+def diverged_to_chance(task: int, evaluation: TaskEvaluation, num_classes: int,
+                       epochs: List[EpochLoss]) -> Optional[str]:
+    """Why task ``task`` failed, or None: it ended at chance level with its true task id after the loss of one of
+    its training stages exploded (:func:`norga.toolkit.loss_watch.exploded`; ``epochs``: the task's epochs)."""
+    if not at_chance(evaluation, num_classes):
+        return None
+    bad = exploded(epochs, num_classes)
+    if bad is None:
+        return None
+    limit = EXPLOSION_FACTOR * math.log(max(num_classes, 2))
+    return (f"training diverged in task {task}: the loss of stage {bad.stage} reached {bad.loss:.3g} in epoch "
+            f"{bad.epoch} (above {limit:.0f} = {EXPLOSION_FACTOR:.0f} ln {num_classes}) and the task ended at chance "
+            f"level (accuracy {evaluation.til_accuracy:.3f} with its true task id, chance {1 / num_classes:.3f}); "
+            f"lower {bad.lr_key or 'the learning rates (method.*.lr)'}; the task was not saved, earlier tasks are kept")
+
+
+def write_status(run: RunDir, metrics: dict, status: str, task: int, reason: str) -> dict:
+    """metrics.json of the saved tasks marked ``status`` ("failed" or "interrupted") at ``task`` with ``reason``."""
+    marked = {**metrics, "status": status, "stopped": {"task": task, "reason": reason}}
+    run.write_metrics(marked)
+    return marked
 
 
 @contextlib.contextmanager
@@ -111,19 +143,21 @@ def task_context(task: int) -> Iterator[None]:
     """Attach the task index to a non-finite-loss error; name a failed statistics fit as divergence."""
     try:
         yield
-    except NonFiniteLoss as err:
-        err.task = task
+    except TrainingDiverged as err:
+        if err.task is None:
+            err.task = task
         raise
     except torch.linalg.LinAlgError as err:  # Cholesky of a class covariance built from NaN/inf/degenerate features
-        raise NorgaError(f"training diverged in task {task}: a class covariance of the Gaussian statistics is not "
-                         "positive-definite (the features are non-finite or degenerate); lower the learning "
-                         "rates (method.*.lr), or raise method.stats.ridge; earlier tasks are kept") from err
+        raise TrainingDiverged(f"training diverged in task {task}: a class covariance of the Gaussian statistics "
+                               "is not positive-definite (the features are non-finite or degenerate); lower the "
+                               "learning rates (method.*.lr), or raise method.stats.ridge; earlier tasks are kept"
+                               ) from err
     except RuntimeError as err:  # e.g. an optimiser step with lr ~ 1e38: "cannot be converted ... without overflow"
         if "overflow" not in str(err):
             raise
-        raise NorgaError(f"training diverged in task {task}: a value overflowed float32 in an optimiser step "
-                         f"({str(err).strip().splitlines()[0]}); lower the learning rates "
-                         "(method.*.lr); earlier tasks are kept") from err
+        raise TrainingDiverged(f"training diverged in task {task}: a value overflowed float32 in an optimiser "
+                               f"step ({str(err).strip().splitlines()[0]}); lower the learning rates "
+                               "(method.*.lr); earlier tasks are kept") from err
 
 
 def write_results(run: RunDir, tracker) -> None:

@@ -193,8 +193,10 @@ class RunDir:
                     tmp.unlink(missing_ok=True)
 
     # ---- config, metrics, matrix -----------------------------------------
-    def write_config(self, resolved: dict) -> None:
-        atomic_write_bytes(self.root / "config.yaml", yaml.safe_dump(resolved, sort_keys=False).encode())
+    def write_config(self, resolved: dict, note: Optional[str] = None) -> None:
+        """config.yaml; ``note`` (e.g. that earlier tasks had another config) becomes a comment line on top."""
+        header = f"# {note}\n" if note else ""
+        atomic_write_bytes(self.root / "config.yaml", (header + yaml.safe_dump(resolved, sort_keys=False)).encode())
 
     def read_config(self) -> Optional[dict]:
         path = self.root / "config.yaml"

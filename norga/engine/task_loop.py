@@ -16,9 +16,9 @@ import torch
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from ..config import MOVED_KEYS, Config, ConfigError, config_to_dict, from_dict
+from ..config import Config, ConfigError, config_to_dict, from_dict
 from ..data import build_benchmark
-from ..errors import RunError
+from ..errors import RunError, TrainingDiverged
 from ..methods import build_method, method_class
 from ..methods.base import Method
 from ..models.backbone import BACKBONE_PRESETS, backbone_data_config, build_backbone, hub_weights_status
@@ -33,14 +33,13 @@ from ..toolkit.heads import class_mask
 from .loaders import task_loaders, test_loader  # noqa: F401 - re-exported for callers
 from .run_folder import RunDir
 from ..toolkit.seeding import seed_everything, task_seed
-from .lifecycle import (attach_evaluation, chance_warning, check_finite, finished_metrics, saved_evaluation,
-                       task_context, write_results)
+from ..toolkit.loss_watch import watching
+from .lifecycle import (attach_evaluation, chance_warning, check_finite, diverged_to_chance, finished_metrics,
+                        saved_evaluation, task_context, write_results, write_status)
+from .provenance import (RunConfigMismatch, affects_results, change_line, check_run_config,  # noqa: F401
+                         config_history, history_note)
 from .shared_folder import opened_run
 from .tracker import MetricsTracker
-
-
-class RunConfigMismatch(RunError):
-    """The output folder holds a run with another config (use --force to continue anyway)."""
 
 
 def resolve_config(cfg: Config) -> Config:
@@ -107,51 +106,6 @@ def dry_run(cfg: Config) -> str:
     return head + "\n" + bench.summary()
 
 
-def _check_run_config(cfg: Config, run: RunDir, done: int, force: bool) -> None:
-    """Refuse to continue completed tasks with another config (unless ``force``); writes nothing."""
-    resolved = config_to_dict(cfg)
-    previous = run.read_config()
-    if previous is None and done > 0:  # config.yaml lost: each checkpoint carries the config that made it
-        previous = run.load_checkpoint(0).get("config")
-    old_layout = sorted(k for k in previous or {} if k in MOVED_KEYS)
-    if old_layout and done > 0:
-        raise RunError(f"{run.root} holds a run of norga 0.1 (old config layout: {old_layout} at the top level); "
-                       "this version cannot continue it: finish it with norga 0.1, or use a new --output-dir")
-    if previous is not None and done > 0:
-        previous = _with_new_defaults(previous)
-    if previous is not None and previous != resolved and done > 0 and not force:
-        changed = sorted(_diff_keys(previous, resolved))
-        raise RunConfigMismatch(
-            f"{run.root} holds a run with a different config (changed: {changed}); "
-            "use another --output-dir, or --force to continue with the new config"
-        )
-
-
-def _with_new_defaults(previous: dict) -> dict:
-    """``previous`` with keys added to norga since that run was written filled with their defaults.
-
-    A new config key's default keeps the behaviour of the versions without it, so a run
-    written before the key existed continues without ``--force``. A stored config this
-    version cannot read (a removed key, an invalid value) is returned unchanged and so
-    reported as a change.
-    """
-    try:
-        return config_to_dict(from_dict(Config, previous, ""))
-    except (ConfigError, TypeError):
-        return previous
-
-
-def _diff_keys(a: dict, b: dict, prefix: str = "") -> list:
-    keys = []
-    for k in set(a) | set(b):
-        path = f"{prefix}.{k}" if prefix else str(k)
-        if isinstance(a.get(k), dict) and isinstance(b.get(k), dict):
-            keys += _diff_keys(a[k], b[k], path)
-        elif a.get(k) != b.get(k):
-            keys.append(path)
-    return keys
-
-
 class Evaluator:
     """Evaluates a method on every test task seen so far; test loaders and the method's cache live for the run."""
 
@@ -188,8 +142,10 @@ def run_training(cfg: Config, output_dir: Path, force: bool = False) -> dict:
 def _train_in_folder(cfg: Config, run: RunDir, force: bool) -> dict:
     """run_training in this process (one of torchrun's processes, or the only one)."""
 
+    changes: dict = {}
+
     def check(state) -> Optional[dict]:
-        _check_run_config(cfg, run, state.done, force)
+        changes.update(check_run_config(config_to_dict(cfg), run, state.done, cfg.data.num_tasks, force))
         finished = finished_metrics(run, state, cfg.data.num_tasks)
         if finished is not None and run.read_config() is None:  # restore a lost config.yaml (checked above)
             run.write_config(config_to_dict(cfg))
@@ -202,12 +158,14 @@ def _train_in_folder(cfg: Config, run: RunDir, force: bool) -> dict:
         vit = build_vit(cfg)
         bench = build_data(cfg, vit)
         method = build_method(cfg, vit, bench.task_classes, device)
-        run.write_config(config_to_dict(cfg))
         log = run.logger()
         for note in state.notes:
             log.warning(f"warning: {note}")
+        if any(affects_results(key) for key in changes):
+            log.warning(change_line(changes, state.done))
         tracker = MetricsTracker(cfg, bench, method, None)
         done = _resume(run, method, tracker, state.done, log)
+        run.write_config(config_to_dict(cfg), history_note(config_history(tracker.configs + [config_to_dict(cfg)])))
         if not done:
             log.info(f"new run in {run.root}\n{method.summary()}\n{bench.summary()}"
                      + (f"\n{world_size()} processes (torchrun), batch sizes are global" if world_size() > 1 else ""))
@@ -215,7 +173,7 @@ def _train_in_folder(cfg: Config, run: RunDir, force: bool) -> dict:
         epochs = epoch_log(run.root, cfg.logging.tensorboard, done) if is_main() else contextlib.nullcontext()
         with epochs, amp_mode(cfg.amp), compile_mode(cfg.compile):
             for t in range(done, bench.num_tasks):
-                _train_task(t, cfg, bench, method, tracker, run, evaluator, log)
+                _guarded_task(t, cfg, bench, method, tracker, run, evaluator, log)
                 log.info(progress_line(tracker.times, bench.num_tasks))
                 if is_main():
                     write_run_plots(run.root, tracker.metrics(), log)  # never raises: a failed plot is a warning
@@ -227,7 +185,7 @@ def _resume(run: RunDir, method: Method, tracker: "MetricsTracker", done: int, l
     for t in range(done):
         saved = run.load_checkpoint(t)
         method.load_state_dict(method_state(saved, method, run))
-        tracker.record(t, *saved_evaluation(saved))
+        tracker.record(t, *saved_evaluation(saved), config=saved.get("config"))
     if done:
         write_results(run, tracker)  # restores them if lost, e.g. killed between checkpoint and metrics
         last, total = ("task 0" if done == 1 else f"tasks 0-{done - 1}"), tracker.bench.num_tasks
@@ -246,6 +204,25 @@ def method_state(saved: dict, method: Method, run: RunDir) -> dict:
     return saved["method"]
 
 
+def _guarded_task(t: int, cfg: Config, bench, method: Method, tracker: "MetricsTracker", run: RunDir,
+                  evaluator: Evaluator, log) -> None:
+    """:func:`_train_task`; a divergence marks the folder ``status: failed``, Ctrl-C/SIGTERM ``interrupted``
+    (metrics.json of the saved tasks and a log line), then the error goes on to the command line."""
+    try:
+        _train_task(t, cfg, bench, method, tracker, run, evaluator, log)
+    except TrainingDiverged as err:
+        if is_main():
+            write_status(run, tracker.metrics(), "failed", t, str(err))
+            log.error(f"run failed in task {t}: {err}")
+        raise
+    except KeyboardInterrupt:
+        if is_main():
+            reason = f"interrupted (Ctrl-C or SIGTERM) during task {t}; tasks before it are saved"
+            log.warning(f"{reason}; run the same command again to resume with task {t}")
+            write_status(run, tracker.metrics(), "interrupted", t, reason)
+        raise
+
+
 def _train_task(t: int, cfg: Config, bench, method: Method, tracker: "MetricsTracker", run: RunDir,
                 evaluator: Evaluator, log) -> None:
     """Learn and evaluate task t; checkpoint (with its evaluation row), then metrics, then the log line."""
@@ -253,12 +230,16 @@ def _train_task(t: int, cfg: Config, bench, method: Method, tracker: "MetricsTra
     with task_context(t):
         loaders = task_loaders(cfg, bench, t, method.train_batch_size, evaluator.loader(t))
         seed_everything(task_seed(cfg.seed, t))  # every task starts from global RNG state (seed, task): resumable
-        method.learn_task(t, loaders)
+        with watching() as epochs:
+            method.learn_task(t, loaders)
     evaluation = evaluator.seen_tasks(t)
     seconds = time.time() - start
+    failure = diverged_to_chance(t, evaluation[t], len(bench.task_classes[t]), epochs)
+    if failure:
+        raise TrainingDiverged(failure)
     state = {"task": t, "method_name": cfg.method.name, "method": method.state_dict(t)}
     check_finite(state, t)
-    tracker.record(t, evaluation, seconds)
+    tracker.record(t, evaluation, seconds, config_to_dict(cfg))
     run.save_checkpoint(t, attach_evaluation(state, evaluation, seconds, config_to_dict(cfg)))
     write_results(run, tracker)
     log.info(tracker.summary_line(t))
@@ -304,10 +285,11 @@ def evaluate_run(run_dir: Path) -> dict:
         evaluator = Evaluator(cfg, bench, method)
         for t in range(state.done):
             start = time.time()
-            method.load_state_dict(method_state(run.load_checkpoint(t), method, run), with_training_state=False)
+            saved = run.load_checkpoint(t)
+            method.load_state_dict(method_state(saved, method, run), with_training_state=False)
             with amp_mode(cfg.amp), compile_mode(cfg.compile):
                 evaluation = evaluator.seen_tasks(t)
-            tracker.record(t, evaluation, time.time() - start)
+            tracker.record(t, evaluation, time.time() - start, saved.get("config"))
     metrics = tracker.metrics()
     metrics["eval_seconds"] = metrics.pop("task_seconds")
     return metrics

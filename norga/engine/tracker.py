@@ -13,6 +13,7 @@ import torchvision
 from ..config import Config
 from ..methods.base import Method
 from ..metrics import empty_matrix, summarize
+from .provenance import config_history
 from .run_folder import code_version
 
 
@@ -41,14 +42,17 @@ class MetricsTracker:
         self.tii_confusion = prev.get("tii_confusion")  # after the last task: [true task][predicted task] counts
         self.times = prev.get("task_seconds", [])
         self.done = prev.get("completed_tasks", 0)
+        self.configs: list = []  # the resolved config that trained each recorded task (None: not known)
 
-    def record(self, task: int, evaluation, seconds: float) -> None:
+    def record(self, task: int, evaluation, seconds: float, config: Optional[dict] = None) -> None:
+        """Task ``task``'s evaluations of tasks 0..task, its wall seconds and the config that trained it."""
         for i, e in enumerate(evaluation):
             self.cil[i][task], self.til[i][task], self.tii[i][task] = e.cil_accuracy, e.til_accuracy, e.tii_accuracy
             self.cil_unmasked[i][task] = e.cil_unmasked_accuracy
         inferred = all(e.tii_accuracy is not None for e in evaluation)  # methods without task inference: None
         self.tii_confusion = [list(e.tii_predicted) for e in evaluation] if inferred else None
         self.times = self.times[:task] + [seconds]
+        self.configs = self.configs[:task] + [None] * (task - len(self.configs)) + [config]
         self.done = task + 1
 
     def _block(self, rows):
@@ -65,6 +69,7 @@ class MetricsTracker:
         scores = summarize(self._block(self.cil)) if self.done else {}
         til = summarize(self._block(self.til)) if self.done else {}
         m = self.cfg.model
+        history = config_history(self.configs[: self.done])
         return {
             **scores,
             "acc_matrix": self.cil,
@@ -73,8 +78,11 @@ class MetricsTracker:
             "til_acc_matrix": self.til,
             **self._task_identity(),
             "tii_confusion": self.tii_confusion,
+            "status": "complete" if self.done == self.bench.num_tasks else "incomplete",
             "completed_tasks": self.done,
             "num_tasks": self.bench.num_tasks,
+            "config_history": history,
+            "mixed_config": len(history) > 1,
             "task_seconds": self.times,
             "seed": self.cfg.seed,
             "class_order": list(self.bench.class_order),

@@ -31,6 +31,7 @@ from ..models.precision import grad_scaler
 from .distributed import (average_gradients, is_sharded_training, sum_over_processes, synchronise_parameters,
                           world_size)
 from .epochlog import log_epoch
+from .loss_watch import note_epoch
 
 Outputs = Dict[str, Tensor]
 LossTerm = Callable[[Outputs], Tensor]
@@ -103,6 +104,7 @@ class EpochMeter:
         means = self.means()
         log_epoch(stage=self.stage, task=self.task, epoch=self.epoch, lr=[g["lr"] for g in optimizer.param_groups],
                   steps=self.steps, **means, **extra)
+        note_epoch(self.stage, self.epoch, means.get("loss"), self.lr_key)
         return means
 
 
