@@ -92,28 +92,40 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output-dir", default=None, help="run folder (default: runs/<config name>)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config value, e.g. --set method.wtp.epochs=3 (repeatable)")
-    parser.add_argument("--dry-run", action="store_true",
-                        help="check config, data, weights and checkpoint, print the task split, train nothing")
+    parser.add_argument("--dry-run", nargs="?", const="full", default=None, choices=("full", "quick"),
+                        help="check config, data (decoding every image file; 'quick': a sample of 256), weights "
+                             "and checkpoint together, print the task split, train nothing")
     parser.add_argument("--force", action="store_true", help="resume even if the config changed")
 
 
 def _precheck(cfg, out: Path) -> None:
-    """Checks that need neither torch nor timm (so they fail fast)."""
+    """Checks that need neither torch nor timm (so they fail fast); every problem found is reported together."""
+    problems = []
     if cfg.model.preset is None and cfg.model.name is None:
-        raise ConfigError("model: set model.preset (e.g. sup21k; 'norga list' shows them) or model.name "
-                          "(a timm model name)")
+        problems.append("model: set model.preset (e.g. sup21k; 'norga list' shows them) or model.name (a timm "
+                        "model name)")
+    if cfg.model.checkpoint and not Path(cfg.model.checkpoint).is_file():
+        kind = "is a folder, give the weights file itself" if Path(cfg.model.checkpoint).is_dir() else "not found"
+        problems.append(f"model.checkpoint: {cfg.model.checkpoint} {kind} (relative paths start at {Path.cwd()})")
+    if cfg.data.root and not cfg.data.download and not Path(cfg.data.root).exists():
+        problems.append(f"data.root: {cfg.data.root} does not exist (relative paths start at {Path.cwd()}); fix "
+                        "the path, or set data.download=true where the benchmark can be downloaded")
     if out.exists() and not out.is_dir():
-        raise NorgaError(f"output folder {out} exists and is not a folder; choose another --output-dir")
+        problems.append(f"output folder {out} exists and is not a folder; choose another --output-dir")
+    if len(problems) == 1:
+        raise ConfigError(problems[0])
+    if problems:
+        raise ConfigError(f"{len(problems)} problems: " + "; ".join(f"({i}) {p}" for i, p in enumerate(problems, 1)))
 
 
 def run_train(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, args.overrides)  # before torch is imported
     out = Path(args.output_dir or Path("runs") / Path(args.config).stem)
     _precheck(cfg, out)
-    from .engine.task_loop import dry_run, run_training  # torch, timm
+    from .engine import dry_run, run_training  # torch, timm
 
     if args.dry_run:
-        report = dry_run(cfg)
+        report = dry_run(cfg, decode=args.dry_run)
         if _main_process():
             print(report)
             print("dry run OK: config, data, weights and checkpoint are usable")

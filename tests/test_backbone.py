@@ -67,7 +67,7 @@ def test_mismatch_missing_file_and_garbage_are_clear_errors(tmp_path):
     torch.save(sd, tmp_path / "bad.pth")
     with pytest.raises(CheckpointError, match=r"1 missing keys \['blocks.1.mlp.fc2.weight'\], 1 unexpected keys"):
         load_checkpoint(tiny(1), tmp_path / "bad.pth")
-    with pytest.raises(CheckpointError, match="checkpoint not found: .*nope.pth; get it from: DINO"):
+    with pytest.raises(CheckpointError, match="model.checkpoint: file not found: .*nope.pth .*; get it from: DINO"):
         build_backbone(preset="dino1k", checkpoint=tmp_path / "nope.pth")
     (tmp_path / "garbage.pth").write_bytes(b"not a checkpoint")
     with pytest.raises(CheckpointError, match="cannot read checkpoint"):

@@ -1,6 +1,7 @@
 """YAML files -> a :class:`~norga.config.schema.Config`: ``base:`` includes, ``key.path=value`` overrides."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, Union
 
@@ -10,6 +11,28 @@ from .fields import ConfigError
 from .parsing import from_dict
 from .registry import same_options
 from .schema import Config
+
+_BOOL = "tag:yaml.org,2002:bool"
+
+
+class ConfigLoader(yaml.SafeLoader):
+    """PyYAML's safe loader with YAML 1.2 booleans: only true/false (any case) are booleans.
+
+    YAML 1.1 (PyYAML's default) also reads yes/no/on/off/y/n as booleans, so ``eval_mask_unseen: yes`` or
+    ``amp: off`` would silently become a bool; here they stay strings, and a boolean option given one is an
+    error that says to write true or false.
+    """
+
+
+ConfigLoader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag != _BOOL]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+ConfigLoader.add_implicit_resolver(_BOOL, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+
+
+def parse_yaml(text: str) -> Any:
+    """YAML text -> Python values, with :class:`ConfigLoader` (YAML 1.2 booleans)."""
+    return yaml.load(text, Loader=ConfigLoader)  # noqa: S506 - a SafeLoader subclass
 
 
 def load_config(path: Optional[Union[str, Path]] = None, overrides: Optional[List[str]] = None) -> Config:
@@ -74,7 +97,7 @@ def _read_yaml_file(path: Path) -> Dict[str, Any]:
         raise ConfigError(f"config file not found: {path}")
     try:
         text = path.read_text(encoding="utf-8")
-        raw = yaml.safe_load(text)
+        raw = parse_yaml(text)
     except UnicodeDecodeError as err:
         raise ConfigError(f"{path}: not a UTF-8 text file ({err.reason} at byte {err.start})") from err
     except OSError as err:
@@ -99,6 +122,6 @@ def _apply_override(raw: Dict[str, Any], item: str) -> None:
         if not isinstance(node, dict):
             raise ConfigError(f"override {key!r}: {part!r} is not a section")
     try:
-        node[parts[-1]] = yaml.safe_load(text) if text.strip() else None
+        node[parts[-1]] = parse_yaml(text) if text.strip() else None
     except yaml.YAMLError as err:
         raise ConfigError(f"override {item!r}: the value is not valid YAML ({_yaml_problem(err)})") from err

@@ -95,7 +95,9 @@ def _coerce(key: str, value: Any, hint) -> Any:
         return dict(value)
     if hint is bool:
         if not isinstance(value, bool):
-            raise ConfigError(f"{key}: expected true or false, got {value!r}")
+            hint_1_1 = (" (yes/no/on/off are YAML 1.1 spellings; norga reads only true and false as booleans)"
+                        if isinstance(value, str) and value.lower() in ("yes", "no", "on", "off", "y", "n") else "")
+            raise ConfigError(f"{key}: expected true or false, got {value!r}{hint_1_1}")
         return value
     if hint is int:
         if isinstance(value, bool) or not isinstance(value, int):

@@ -37,7 +37,8 @@ class ArrayImageDataset(Dataset):
                     img = f.convert("RGB")
             except (OSError, ValueError) as err:  # truncated or not an image: name the file, not PIL's internals
                 raise DataError(f"cannot read image {item} ({type(err).__name__}: {err}); replace or delete "
-                                "the file, then re-run the same command to resume") from err
+                                "the file, then re-run the same command to resume ('norga train --dry-run' "
+                                "lists every unreadable file at once)") from err
         else:
             img = Image.fromarray(item).convert("RGB")  # grayscale -> 3 channels
         return self.transform(img), int(self.labels[i])

@@ -1,12 +1,12 @@
 """The task loop: build data and model from a Config, train task by task, evaluate, resume.
 
 ``run_training(cfg, output_dir)`` is what ``train.py`` calls; ``evaluate_run``
-is what ``eval.py`` calls. A run resumes after its last completed task.
+is what ``eval.py`` calls. A run resumes after its last completed task. The dry
+run lives in :mod:`norga.engine.dry_run`.
 """
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
 import time
 from pathlib import Path
@@ -21,7 +21,7 @@ from ..data import build_benchmark
 from ..errors import RunError, TrainingDiverged
 from ..methods import build_method, method_class
 from ..methods.base import Method
-from ..models.backbone import BACKBONE_PRESETS, backbone_data_config, build_backbone, hub_weights_status
+from ..models.backbone import backbone_data_config, build_backbone
 from ..models.compilation import compile_mode
 from ..models.precision import amp_mode
 from ..plots import write_run_plots
@@ -69,41 +69,6 @@ def build_data(cfg: Config, vit: torch.nn.Module):
         test_per_class=d.test_per_class, options=d.options, class_order_rng=d.class_order_rng,
         transforms=d.transforms,
     )
-
-
-def dry_run(cfg: Config) -> str:
-    """Validate config, data, checkpoint and method; return the task split summary. Trains nothing.
-
-    Data is checked first with the architecture only (no weights), so a missing
-    data folder is reported without downloading anything; then a local
-    checkpoint is loaded strictly. Hub weights (``pretrained: true``) are not
-    downloaded by a dry run. The method config's report (e.g. which of the
-    authors' behaviours it selects) is printed first, so it shows even when the
-    data or the weights are missing.
-    """
-    report = cfg.method.report(cfg)
-    if report:
-        print(report, flush=True)
-    cfg = resolve_config(cfg)
-    m = cfg.model
-    arch_only = copy.deepcopy(cfg)
-    arch_only.model.pretrained, arch_only.model.checkpoint = False, None
-    vit = build_vit(arch_only)
-    bench = build_data(cfg, vit)
-    method = build_method(arch_only, vit, bench.task_classes, torch.device("cpu"))  # checks the method's options
-    if m.checkpoint:
-        build_vit(cfg)  # raises a CheckpointError naming missing/unexpected keys
-        weights = f"local file {m.checkpoint} (loaded strictly: OK)"
-    else:
-        # offline-safe: WeightsUnavailable unless the hub weights are cached; then they are loaded strictly
-        weights = hub_weights_status(m.name or BACKBONE_PRESETS[m.preset].model_name) if m.pretrained else "random init"
-        if m.pretrained:
-            build_vit(cfg)
-            weights += " (loaded strictly: OK)"
-    params = sum(p.numel() for p in vit.parameters()) / 1e6
-    head = (f"backbone: {m.name or m.preset} ({params:.1f} M params), weights: {weights}\n"
-            f"{method.summary()}")
-    return head + "\n" + bench.summary()
 
 
 class Evaluator:

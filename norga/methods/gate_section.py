@@ -1,14 +1,15 @@
 """The ``method.gate`` section shared by the prefix-tuning methods (torch-free; read before torch loads).
 
 ``gate: {name: <registered gate>, <that gate's options>}`` — e.g. ``{name: linear}`` (plain prefix tuning)
-or ``{name: norga, activation: tanh}``. Here only its shape is checked; the options are checked against the
-gate's own ``Options`` when the run is built (:func:`norga.models.gates.resolve_gate_spec`).
+or ``{name: norga, activation: tanh}``. The name and the options are checked here, when the config is read
+and before torch loads, against the options registered in :mod:`norga.config.gate_options`.
 """
 from __future__ import annotations
 
 from typing import Any, Dict
 
 from ..config import ConfigError
+from ..config.gate_options import validate_gate
 
 
 def gate_section(gate: Dict[str, Any], default_name: str, key: str = "method.gate") -> Dict[str, Any]:
@@ -21,4 +22,5 @@ def gate_section(gate: Dict[str, Any], default_name: str, key: str = "method.gat
     if not isinstance(gate.get("name"), str):
         raise ConfigError(f"{key}: needs a gate name, e.g. {{name: norga, activation: tanh}} or "
                           f"{{name: linear}}; got {gate!r}")
+    validate_gate(gate, key)  # raises naming the key; the section keeps only what the user wrote
     return gate

@@ -160,7 +160,8 @@ def load_checkpoint(model: torch.nn.Module, path, hint: str = "") -> None:
     if path.is_dir():
         raise CheckpointError(f"model.checkpoint {path} is a folder; give the weights file itself")
     if not path.is_file():
-        raise CheckpointError(f"checkpoint not found: {path}" + (f"; get it from: {hint}" if hint else ""))
+        raise CheckpointError(f"model.checkpoint: file not found: {path} (relative paths start at {Path.cwd()})"
+                              + (f"; get it from: {hint}" if hint else "; fix the path or set model.checkpoint=null"))
     if path.suffix == ".npz":
         try:
             model.load_pretrained(str(path))

@@ -15,22 +15,22 @@ decorated with :func:`register_gate`, and it owns everything about itself:
 * :meth:`Gate.extra` — the *additive* term it puts on top of the linear score
   (the fast attention path folds exactly this term into scaled-dot-product attention);
 * ``Options`` — a dataclass of its config options (``method.gate: {name: ..., <options>}``),
-  validated with the config machinery, errors naming ``method.gate.<key>``;
+  registered torch-free under the gate's name in :mod:`norga.config.gate_options` (so a config is checked
+  before torch loads), errors naming ``method.gate.<key>``;
 * :meth:`Gate.trains_on` — on which tasks its parameters train (NoRGa: the first only);
 * :meth:`Gate.report` — the values it reports per layer (NoRGa: alpha, tau) for
   ``metrics.json`` and the epoch log.
 """
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
 from typing import Any, Callable, Dict, Mapping, Optional, Type
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..config import ConfigError, _f, from_dict
+from ..config import ConfigError
+from ..config.gate_options import NoOptions, NoRGaOptions, validate_gate
 from ..registry import registrar
 
 ACTIVATIONS: Dict[str, Callable[[Tensor], Tensor]] = {
@@ -44,11 +44,6 @@ GATES: Dict[str, Type["Gate"]] = {}
 
 # Class decorator adding a gate to :data:`GATES` under ``name`` (sets ``cls.name``).
 register_gate = registrar(GATES, "gate", set_name=True)
-
-
-@dataclass
-class NoOptions:
-    """A gate without options."""
 
 
 class Gate(nn.Module):
@@ -95,13 +90,6 @@ class LinearGate(Gate):
 
     def extra(self, scores: Tensor) -> Tensor:
         return torch.zeros_like(scores)
-
-
-@dataclass
-class NoRGaOptions:
-    activation: str = _f("tanh", choices=tuple(ACTIVATIONS))  # sigma of eq. 12
-    alpha_init: float = _f(1.0)  # authors' code: 1.0
-    tau_init: float = _f(1.0)  # authors' code: 1.0
 
 
 @register_gate("norga")
@@ -163,25 +151,13 @@ class HeadwiseNoRGaGate(NoRGaGate):
         return f"activation={self.activation}, heads={len(self.alpha)}"
 
 
-def gate_options(name: str, options: Mapping[str, Any], key: str = "method.gate") -> Dict[str, Any]:
-    """Validated options of gate ``name`` with every default filled in (errors name ``key.<option>``)."""
-    if name not in GATES:
-        raise ConfigError(f"{key}.name: unknown gate {name!r}; choose one of {sorted(GATES)}")
-    cls = GATES[name]
-    try:
-        return dataclasses.asdict(from_dict(cls.Options, dict(options), key))
-    except ConfigError as err:
-        if "unknown key" not in str(err):
-            raise
-        allowed = [f.name for f in dataclasses.fields(cls.Options)]
-        raise ConfigError(f"{err} (gate {name!r} takes {allowed or 'no options'}; to switch gates replace the whole "
-                          f"section, e.g. --set '{key}={{name: {name}}}')") from None
-
-
 def resolve_gate_spec(spec: Mapping[str, Any], key: str = "method.gate") -> Dict[str, Any]:
-    """``{name: ..., options...}`` -> the same with every option's value (defaults filled in), validated."""
-    options = {k: v for k, v in spec.items() if k != "name"}
-    return {"name": spec["name"], **gate_options(spec["name"], options, key)}
+    """``{name: ..., options...}`` -> the same with every option's value (defaults filled in), validated; a gate
+    whose options are registered (torch-free) but whose module is not is a bug, named here."""
+    resolved = validate_gate(spec, key)
+    if resolved["name"] not in GATES:
+        raise RuntimeError(f"gate {resolved['name']!r} has registered options but no registered gate class")
+    return resolved
 
 
 class GateFactory:
