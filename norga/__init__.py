@@ -1,3 +1,3 @@
 """norga: NoRGa (non-linear residual gates) prefix prompts for continual learning on timm ViTs."""
 
-__version__ = "0.2.0"
+from ._version import __version__  # noqa: F401 - the package version

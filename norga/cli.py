@@ -1,9 +1,10 @@
-"""The ``norga`` command: ``norga train | eval | summarize | routes | list`` and ``norga --version``.
+"""The ``norga`` command: ``norga train | eval | summarize | routes | doctor | list`` and ``norga --version``.
 
     norga train --config configs/smoke.yaml --output-dir runs/smoke [--set method.wtp.epochs=3 ...] [--dry-run] [--force]
     norga eval --run runs/smoke [--output eval.json]
     norga summarize runs/a_s42 runs/a_s43 [--vs runs/b_s42 runs/b_s43] [--out DIR]
     norga routes --run runs/mh_moe          # N_eff / old-task loss change per route of an MoE-adapter run
+    norga doctor [--config CFG]             # versions, torch/torchvision pairing, devices, a config's paths
     norga list
 
 ``train.py`` and ``eval.py`` are thin wrappers around :func:`train_main` and
@@ -23,9 +24,11 @@ import sys
 from pathlib import Path
 from typing import Callable, List, Optional, Sequence
 
-from . import __version__
+from ._version import __version__
 from .config import ConfigError, load_config
 from .errors import DIVERGED_EXIT, NorgaError, TrainingDiverged, one_line
+from .environment import check_environment
+from .preflight import config_problems, doctor_main
 
 INTERRUPTED = 130  # the shell's status for a process stopped by SIGINT
 _DISK = {errno.ENOSPC: "free some space", getattr(errno, "EDQUOT", errno.ENOSPC): "free some space",
@@ -100,18 +103,7 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _precheck(cfg, out: Path) -> None:
     """Checks that need neither torch nor timm (so they fail fast); every problem found is reported together."""
-    problems = []
-    if cfg.model.preset is None and cfg.model.name is None:
-        problems.append("model: set model.preset (e.g. sup21k; 'norga list' shows them) or model.name (a timm "
-                        "model name)")
-    if cfg.model.checkpoint and not Path(cfg.model.checkpoint).is_file():
-        kind = "is a folder, give the weights file itself" if Path(cfg.model.checkpoint).is_dir() else "not found"
-        problems.append(f"model.checkpoint: {cfg.model.checkpoint} {kind} (relative paths start at {Path.cwd()})")
-    if cfg.data.root and not cfg.data.download and not Path(cfg.data.root).exists():
-        problems.append(f"data.root: {cfg.data.root} does not exist (relative paths start at {Path.cwd()}); fix "
-                        "the path, or set data.download=true where the benchmark can be downloaded")
-    if out.exists() and not out.is_dir():
-        problems.append(f"output folder {out} exists and is not a folder; choose another --output-dir")
+    problems = config_problems(cfg, out)
     if len(problems) == 1:
         raise ConfigError(problems[0])
     if problems:
@@ -122,6 +114,7 @@ def run_train(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, args.overrides)  # before torch is imported
     out = Path(args.output_dir or Path("runs") / Path(args.config).stem)
     _precheck(cfg, out)
+    check_environment()  # torch / torchvision / timm importable and paired: one line naming the fix otherwise
     from .engine import dry_run, run_training  # torch, timm
 
     if args.dry_run:
@@ -179,6 +172,7 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
 def run_eval(args: argparse.Namespace) -> int:
     import json
 
+    check_environment()
     from .engine import evaluate_run
     from .files import atomic_write_bytes
 
@@ -202,6 +196,7 @@ def eval_main(argv: Optional[Sequence[str]] = None) -> int:
 
 # ---- routes ----------------------------------------------------------------------
 def run_routes(args: argparse.Namespace) -> int:
+    check_environment()
     from .engine.route_report import route_report
 
     report = route_report(args.run, bins=args.bins)
@@ -265,15 +260,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "summarize":  # its own parser, loaded lazily
         return summarize_main(argv[1:])
+    if argv and argv[0] == "doctor":  # its own parser
+        return doctor_main(argv[1:])
     parser = argparse.ArgumentParser(prog="norga", description=__doc__.split("\n\n")[0])
     parser.add_argument("--version", action="version", version=f"norga {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{train,eval,summarize,routes,list}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{train,eval,summarize,routes,doctor,list}")
     add_train_arguments(commands.add_parser("train", help="train or resume a run"))
     add_eval_arguments(commands.add_parser("eval", help="re-evaluate a run from its checkpoints"))
     commands.add_parser("summarize", help="aggregate run folders over seeds (norga summarize --help)")
     routes = commands.add_parser("routes", help="N_eff and old-task loss change per route of an MoE-adapter run")
     routes.add_argument("--run", "--run-dir", dest="run", required=True, type=Path, help="a finished run folder")
     routes.add_argument("--bins", type=int, default=4, help="mass-quantile bins of N_eff (default 4)")
+    commands.add_parser("doctor", help="check this install: versions, torch/torchvision pairing, devices (--config)")
     commands.add_parser("list", help="registered gates, methods, benchmarks and backbone presets")
     args = parser.parse_args(argv)
     if args.command == "train":

@@ -45,7 +45,7 @@ from .folder_lock import RunLock
 @functools.lru_cache(maxsize=1)
 def code_version() -> dict:
     """norga version and, in a git checkout, the commit of the code (``git_dirty``: uncommitted changes)."""
-    from .. import __version__
+    from .._version import __version__
 
     root = Path(__file__).resolve().parents[2]
     info = {"version": __version__, "git_commit": None, "git_dirty": None}

@@ -1,0 +1,85 @@
+"""Checks before anything heavy loads: a config's paths (torch-free) and ``norga doctor``.
+
+:func:`config_problems` is what every ``norga train`` checks before importing torch: model and weights paths,
+the data root, the output folder; each problem one line naming the fix, all of them reported together.
+``norga doctor [--config CFG]`` prints the versions of Python, norga, torch, torchvision and timm, whether
+torch and torchvision pair, the devices, and (with a config) the device it resolves to and its paths; it exits
+0 when everything is usable, else 2 with every problem on its own ``error:`` line.
+"""
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+from pathlib import Path
+from typing import List, Optional, Sequence
+
+from ._version import __version__
+from .config import ConfigError, load_config
+from .environment import device_lines, import_problems, installed_versions, version_problems
+
+
+def config_problems(cfg, out: Optional[Path] = None) -> List[str]:
+    """Every problem of ``cfg``'s model, weights and data paths (and of the output folder ``out``), torch-free."""
+    problems = []
+    if cfg.model.preset is None and cfg.model.name is None:
+        problems.append("model: set model.preset (e.g. sup21k; 'norga list' shows them) or model.name (a timm "
+                        "model name)")
+    if cfg.model.checkpoint and not Path(cfg.model.checkpoint).is_file():
+        kind = "is a folder, give the weights file itself" if Path(cfg.model.checkpoint).is_dir() else "not found"
+        problems.append(f"model.checkpoint: {cfg.model.checkpoint} {kind} (relative paths start at {Path.cwd()})")
+    if cfg.data.root and not cfg.data.download and not Path(cfg.data.root).exists():
+        problems.append(f"data.root: {cfg.data.root} does not exist (relative paths start at {Path.cwd()}); fix "
+                        "the path, or set data.download=true where the benchmark can be downloaded")
+    if out is not None and out.exists() and not out.is_dir():
+        problems.append(f"output folder {out} exists and is not a folder; choose another --output-dir")
+    return problems
+
+
+def doctor_lines(config: Optional[str], overrides: Sequence[str]) -> tuple:
+    """(report lines, problems) of this environment and, with a config, of that config. A torch/torchvision
+    pairing that breaks the usual rules but imports is a ``warning:`` line of the report, not a problem."""
+    versions = installed_versions()
+    lines = [f"python {platform.python_version()} ({sys.executable})", f"norga {__version__}"]
+    lines += [f"{name} {version or 'NOT INSTALLED'}" for name, version in versions.items()]
+    problems = import_problems()
+    if problems:
+        problems += version_problems(versions)
+    else:
+        lines += [f"warning: {p}" for p in version_problems(versions)] + device_lines()
+    if config is not None:
+        try:
+            cfg = load_config(config, list(overrides))
+        except ConfigError as err:
+            return lines, problems + [f"{config}: {err}"]
+        lines.append(f"config {config}: device {cfg.device}, data {cfg.data.name} at {cfg.data.root or '-'}, "
+                     f"weights {cfg.model.checkpoint or ('timm hub' if cfg.model.pretrained else 'random init')}")
+        problems += config_problems(cfg)
+        if not import_problems():
+            problems += _device_problems(cfg.device)
+    return lines, problems
+
+
+def _device_problems(device: str) -> List[str]:
+    from .toolkit.devices import resolve_device
+
+    try:
+        resolve_device(device)
+    except ConfigError as err:
+        return [str(err)]
+    return []
+
+
+def doctor_main(argv: Optional[Sequence[str]] = None) -> int:
+    """``norga doctor``: print the report; exit 0 if usable, else 2 with one ``error:`` line per problem."""
+    parser = argparse.ArgumentParser(prog="norga doctor", description="Check this install (and a config).")
+    parser.add_argument("--config", default=None, help="also check this config's device, data and weights paths")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    args = parser.parse_args(argv)
+    lines, problems = doctor_lines(args.config, args.overrides)
+    print("\n".join(lines))
+    for problem in problems:
+        print(f"error: {problem}", file=sys.stderr)
+    if not problems:
+        print("ok: norga can run here" + (f" with {args.config}" if args.config else ""))
+    return 2 if problems else 0
