@@ -171,7 +171,11 @@ def test_ctrl_c_stops_with_one_line_and_resumes_identically(reference, tmp_path)
         pytest.skip("the run finished before Ctrl-C arrived (machine too fast for this tiny run)")
     assert_one_line_error(proc.returncode, stderr, "interrupted;", "run the same command again to resume", status=130)
     assert not (out / ".lock").exists()
-    assert rundir_done(out) >= 1  # (metrics.json may not be written yet: it follows the checksum, rebuilt below)
+    done = rundir_done(out)
+    assert done >= 1
+    assert f"interrupted (Ctrl-C or SIGTERM) during task {done}" in (out / "log.txt").read_text()
+    stopped = metrics_of(out)  # written at the interrupt: the saved tasks only, marked interrupted
+    assert stopped["status"] == "interrupted" and stopped["completed_tasks"] == done == stopped["stopped"]["task"]
     assert norga(["train", *train_args(out)]) == 0
     assert_same_metrics(metrics_of(out), metrics_of(reference))
 
@@ -202,7 +206,9 @@ def test_non_finite_loss_names_stage_task_epoch_and_key(tmp_path, capsys):
     status, _, err = cli(capsys, "train", *train_args(out, "--set", "method.tii.lr=1e30"))
     assert_one_line_error(status, err, "training diverged", "task 0", "epoch", "lower method.tii.lr",
                           status=DIVERGED_EXIT)
-    assert not (out / "metrics.json").exists() and not list((out / "checkpoints").glob("*.pt"))
+    failed = metrics_of(out)  # the folder says what it is: failed in task 0, no result
+    assert failed["status"] == "failed" and failed["completed_tasks"] == 0 and "FA" not in failed
+    assert not list((out / "checkpoints").glob("*.pt"))
 
 
 def test_divergence_in_a_later_task_keeps_earlier_results_without_nan(tmp_path, capsys):

@@ -55,6 +55,8 @@ def finished_metrics(run: RunDir, state: RunState, num_tasks: int) -> Optional[d
         return None
     if not all(isinstance(metrics.get(k), (int, float)) for k in ("FA", "CA", "FM")):
         return None
+    if metrics.get("status", "complete") != "complete":  # e.g. interrupted while writing plots: rebuilt
+        return None
     return metrics
 
 

@@ -10,7 +10,7 @@ import contextlib
 import dataclasses
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 import torch
 from torch.utils.data import DataLoader
@@ -136,9 +136,9 @@ def _train_in_folder(cfg: Config, run: RunDir, force: bool) -> dict:
                      + (f"\n{world_size()} processes (torchrun), batch sizes are global" if world_size() > 1 else ""))
         evaluator = Evaluator(cfg, bench, method)
         epochs = epoch_log(run.root, cfg.logging.tensorboard, done) if is_main() else contextlib.nullcontext()
-        with epochs, amp_mode(cfg.amp), compile_mode(cfg.compile):
+        with epochs, amp_mode(cfg.amp), compile_mode(cfg.compile), _status_on_stop(run, tracker, log):
             for t in range(done, bench.num_tasks):
-                _guarded_task(t, cfg, bench, method, tracker, run, evaluator, log)
+                _train_task(t, cfg, bench, method, tracker, run, evaluator, log)
                 log.info(progress_line(tracker.times, bench.num_tasks))
                 if is_main():
                     write_run_plots(run.root, tracker.metrics(), log)  # never raises: a failed plot is a warning
@@ -169,22 +169,22 @@ def method_state(saved: dict, method: Method, run: RunDir) -> dict:
     return saved["method"]
 
 
-def _guarded_task(t: int, cfg: Config, bench, method: Method, tracker: "MetricsTracker", run: RunDir,
-                  evaluator: Evaluator, log) -> None:
-    """:func:`_train_task`; a divergence marks the folder ``status: failed``, Ctrl-C/SIGTERM ``interrupted``
-    (metrics.json of the saved tasks and a log line), then the error goes on to the command line."""
+@contextlib.contextmanager
+def _status_on_stop(run: RunDir, tracker: "MetricsTracker", log) -> Iterator[None]:
+    """Around the task loop: a divergence marks the folder ``status: failed``, Ctrl-C/SIGTERM ``interrupted``
+    (metrics.json of the saved tasks and a log line, at the task being trained); the error goes on to the caller."""
     try:
-        _train_task(t, cfg, bench, method, tracker, run, evaluator, log)
+        yield
     except TrainingDiverged as err:
         if is_main():
-            write_status(run, tracker.metrics(), "failed", t, str(err))
-            log.error(f"run failed in task {t}: {err}")
+            write_status(run, tracker.metrics(), "failed", tracker.done, str(err))
+            log.error(f"run failed in task {tracker.done}: {err}")
         raise
     except KeyboardInterrupt:
-        if is_main():
-            reason = f"interrupted (Ctrl-C or SIGTERM) during task {t}; tasks before it are saved"
-            log.warning(f"{reason}; run the same command again to resume with task {t}")
-            write_status(run, tracker.metrics(), "interrupted", t, reason)
+        if is_main() and tracker.done < tracker.bench.num_tasks:
+            reason = f"interrupted (Ctrl-C or SIGTERM) during task {tracker.done}; the tasks before it are saved"
+            log.warning(f"{reason}; run the same command again to resume with task {tracker.done}")
+            write_status(run, tracker.metrics(), "interrupted", tracker.done, reason)
         raise
 
 
@@ -204,8 +204,8 @@ def _train_task(t: int, cfg: Config, bench, method: Method, tracker: "MetricsTra
         raise TrainingDiverged(failure)
     state = {"task": t, "method_name": cfg.method.name, "method": method.state_dict(t)}
     check_finite(state, t)
-    tracker.record(t, evaluation, seconds, config_to_dict(cfg))
     run.save_checkpoint(t, attach_evaluation(state, evaluation, seconds, config_to_dict(cfg)))
+    tracker.record(t, evaluation, seconds, config_to_dict(cfg))  # after the checkpoint: the tracker holds saved tasks
     write_results(run, tracker)
     log.info(tracker.summary_line(t))
     warning = chance_warning(t, evaluation[t], len(bench.task_classes[t]))
