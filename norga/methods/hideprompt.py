@@ -50,7 +50,8 @@ class HiDePrompt(PrefixMethod):
         dim = self.model.embed_dim
         self.prompted = c.prompt_length > 0 and len(self.model.prompt_layers) > 0
         shape = self.model.prompt_shape(max(c.prompt_length, 1))
-        self.pool = PromptPool(self.num_tasks, *shape[:1], *shape[2:]).to(device) if self.prompted else None
+        self.pool = PromptPool(self.num_tasks, *shape[:1], *shape[2:], init=c.prompt_init,
+                               scale=c.prompt_init_scale).to(device) if self.prompted else None
         self.task_prompts = torch.zeros(self.num_tasks, *shape, device=device) if self.prompted else None
         self.head = init_linear_layers(torch.nn.Linear(dim, self.num_classes), c.head_init).to(device)
         tii_head = TaskIdentityHead(dim, self.num_classes, c.tii.mlp_ratios, c.tii.mlp_style)

@@ -79,6 +79,9 @@ HIDEPROMPT_GATE = {"name": "linear"}
 NORGA_GATE = {"name": "norga", "activation": "tanh"}
 
 
+PROMPT_INITS = ("uniform", "normal", "zero_values")  # norga.models.prompts.PromptPool implements each
+
+
 @method_config("hideprompt", module="norga.methods.hideprompt")
 @dataclass
 class HiDePromptConfig(MethodConfig):
@@ -93,6 +96,10 @@ class HiDePromptConfig(MethodConfig):
     gate: Dict[str, Any] = _f(HIDEPROMPT_GATE)  # the prefix gate {name, options}: hideprompt takes {name: linear} only
     scale_lr_by_batch: bool = _f(True)  # TII, TII-alignment (see tii.scale_align_lr) and WTP lr * batch / 256
     head_init: str = _f("trunc_normal", choices=("trunc_normal", "pytorch"))  # linear layers of both heads
+    # the first task's prompt before WTP (later tasks start from the previous prompt): uniform U(-s, s) (authors:
+    # s = 1), normal N(0, s^2), or zero_values (keys U(-s, s), values 0); s = prompt_init_scale (issue #33's factor)
+    prompt_init: str = _f("uniform", choices=PROMPT_INITS)
+    prompt_init_scale: float = _f(1.0, gt=0.0)  # s of prompt_init (authors: U(-1, 1), s = 1)
     # per-task evidence that WTP, the prompt and the gate did work (norga.methods.hideprompt_diagnostics); changes
     # no other number; costs three feature passes and a linear probe per task
     diagnostics: bool = _f(True)

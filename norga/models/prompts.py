@@ -9,7 +9,8 @@ Layout of one task's prompt e_t, shape (P, 2, L, H, Dh):
 
 A batch of prefixes is the same with a leading batch dim: (B, P, 2, L, H, Dh);
 sample b uses ``prefix[b]`` only, so keys and values never mix across samples.
-Prompts are initialised uniformly in [-1, 1] as in the authors' code.
+Prompts are initialised uniformly in [-1, 1] as in the authors' code (``init="uniform", scale=1``); the
+other initialisations (``normal``, ``zero_values``) exist for the small-scale ablations of issue #33.
 
 Prompts of different lengths per block, or prompt tokens prepended to the
 sequence, are passed as a :class:`norga.models.PromptInput` instead
@@ -23,18 +24,40 @@ import torch
 from torch import Tensor, nn
 
 
+PROMPT_INITS = ("uniform", "normal", "zero_values")
+
+
+def _initialised(drawn: Tensor, init: str, scale: float) -> Tensor:
+    """A U(-1, 1) draw (P, 2, L, H, Dh) turned into ``init``'s distribution (the uniform default with scale 1:
+    unchanged, bit for bit)."""
+    if init == "normal":
+        return drawn.normal_(0.0, scale)
+    if scale != 1.0:
+        drawn = drawn * scale
+    if init == "zero_values":
+        drawn[:, 1] = 0.0
+    return drawn
+
+
 class PromptPool(nn.Module):
     """``num_tasks`` independent prompts, each (P, 2, L, H, Dh), as a ParameterList."""
 
-    def __init__(self, num_tasks: int, num_layers: int, length: int, num_heads: int, head_dim: int):
+    def __init__(self, num_tasks: int, num_layers: int, length: int, num_heads: int, head_dim: int,
+                 init: str = "uniform", scale: float = 1.0):
+        """``init``: ``uniform`` U(-scale, scale); ``normal`` N(0, scale^2); ``zero_values``: keys U(-scale, scale),
+        values 0. Every prompt is first drawn U(-1, 1) from the global RNG (the authors' draw, so the default
+        consumes the RNG exactly as their code does), then rescaled or redrawn."""
         super().__init__()
         for name, value in (("num_tasks", num_tasks), ("num_layers", num_layers), ("length", length),
                             ("num_heads", num_heads), ("head_dim", head_dim)):
             if int(value) < 1:
                 raise ValueError(f"PromptPool {name} must be >= 1, got {value}")
         self.shape = (num_layers, 2, length, num_heads, head_dim)
+        if init not in PROMPT_INITS:
+            raise ValueError(f"PromptPool init must be one of {PROMPT_INITS}, got {init!r}")
         self.prompts = nn.ParameterList(
-            nn.Parameter(torch.empty(self.shape).uniform_(-1.0, 1.0)) for _ in range(num_tasks)
+            nn.Parameter(_initialised(torch.empty(self.shape).uniform_(-1.0, 1.0), init, scale))
+            for _ in range(num_tasks)
         )
 
     @property
