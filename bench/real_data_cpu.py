@@ -29,35 +29,12 @@ from pathlib import Path
 from typing import Dict, List
 
 from bench import mixed_domains
+from bench.regime_data import regime_extra
 from bench.moe_arms import is_moe_arm, routing_fields, routing_lines, routing_pair_lines
 from bench.regimes import REGIMES, REPO, Regime
 from norga.summary_stats import describe, difference_text, paired, table_head
 
-WEIGHTS_FILE = "weights/dinov2_vits14_imgfocus.safetensors"
 STAT_COLUMNS = ("FA", "CA", "FM", "TIL_FA")
-
-
-def cifar100_root(args) -> Path:
-    return args.shared / "data" / "cifar100.npz"
-
-
-def mixed_root(args) -> Path:
-    return mixed_domains.build(args.shared, args.fashion_dir, args.data_dir / "mixed_domains.npz")
-
-
-DATA = {"cifar100": cifar100_root, "mixed_domains": mixed_root}  # regime.yaml's ``data`` -> data.root builder
-
-
-def check_weights(shared: Path) -> None:
-    """Exit with a clear message when the real backbone weights are missing."""
-    if not (shared / WEIGHTS_FILE).is_file():
-        sys.exit(f"error: this benchmark needs {shared / WEIGHTS_FILE} (DINOv2 ViT-S/14 in timm's layout, "
-                 "safetensors; ../shared/weights/README.md). Elsewhere, export timm's 'vit_small_patch14_dinov2' "
-                 "yourself and pass --shared DIR (with data/cifar100.npz and data/mnist.npz).")
-    for name in ("cifar100.npz", "mnist.npz"):
-        if not (shared / "data" / name).is_file():
-            sys.exit(f"error: missing {shared / 'data' / name}: CIFAR-100 / MNIST as .npz with train_x/train_y/"
-                     "test_x/test_y (uint8); ../shared/data/README.md; pass --shared DIR")
 
 
 def mean_of(values) -> float:
@@ -82,8 +59,7 @@ def row_of(arm: str, seed: int, metrics: dict, minutes: float) -> dict:
 def run_one(regime: Regime, arm: str, seed: int, args) -> dict:
     from norga.engine import run_training
 
-    cfg = regime.config(arm, args.quick, [f"seed={seed}", f"data.root={args.data_root}",
-                                          f"model.checkpoint={args.shared / WEIGHTS_FILE}"])
+    cfg = regime.config(arm, args.quick, [f"seed={seed}", *args.extra])
     start = time.time()
     metrics = run_training(cfg, args.runs_dir / f"{arm}_seed{seed}")
     if metrics.get("completed_tasks") != cfg.data.num_tasks:
@@ -274,8 +250,7 @@ def main(argv=None) -> int:
         save_results(rows, regime, args.results, header)
         print(args.results.with_suffix(".md").read_text())
         return 0
-    check_weights(args.shared)
-    args.data_root = DATA[regime.data](args)
+    args.extra = regime_extra(regime, args)
     for seed in args.seeds or (regime.seeds[:2] if args.quick else regime.seeds):
         for arm in args.only or regime.arms:
             row = run_one(regime, arm, seed, args)

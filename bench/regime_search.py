@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from bench import mixed_domains
-from bench.real_data_cpu import WEIGHTS_FILE, check_weights
+from bench.regime_data import WEIGHTS_FILE, check_weights
 from norga.config import load_config
 
 REPO = Path(__file__).resolve().parents[1]

@@ -9,7 +9,8 @@ of a seed share data, class order and initialisation (paired). ``regime.yaml`` s
 * ``quick``: the keys ``--quick`` adds to every arm; an arm whose method reads other options than the base's
   method (its own method section, e.g. a baseline) gets the ``data`` keys of ``quick`` plus
   ``quick_own_method`` instead;
-* ``data`` (which data builder of ``bench.real_data_cpu`` makes ``data.root``), ``results`` (the stem of
+* ``data`` (which data builder of ``bench.real_data_cpu`` makes ``data.root``), ``weights`` (which weights it
+  passes as ``model.checkpoint``: ``dinov2``, the default, or ``weak_vit``), ``results`` (the stem of
   ``bench/results/<stem>.{json,md,png}``) and ``runs`` (the run folders' parent under ``runs/``).
 
 Only this module reads those files; the scripts keep the mechanism.
@@ -59,6 +60,7 @@ class Regime:
     pairs: List[Tuple[str, str]]
     quick: Dict[str, Any]
     quick_own_method: Dict[str, Any]
+    weights: str = "dinov2"  # which backbone weights bench.regime_data.WEIGHTS passes as model.checkpoint
 
     def all_arms(self) -> List[str]:
         return self.arms + self.optional
@@ -99,7 +101,8 @@ def load_regime(folder: Path) -> Regime:
                     base=(folder / raw["base"]).resolve(), data=raw["data"], results=raw["results"],
                     runs=raw["runs"], seeds=list(raw["seeds"]), arms=list(raw["arms"]),
                     optional=list(raw.get("optional", [])), pairs=[tuple(p) for p in raw.get("pairs", [])],
-                    quick=raw.get("quick", {}), quick_own_method=raw.get("quick_own_method", {}))
+                    quick=raw.get("quick", {}), quick_own_method=raw.get("quick_own_method", {}),
+                    weights=raw.get("weights", "dinov2"))
     missing = [a for a in regime.all_arms() if not regime.arm_config(a).is_file()]
     if missing:
         raise SystemExit(f"error: {folder / 'regime.yaml'} names arms without a config: "

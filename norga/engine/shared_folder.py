@@ -33,7 +33,7 @@ class FollowerRun:
     def save_checkpoint(self, task: int, state: dict) -> None:
         """Rank 0 saves it."""
 
-    def write_config(self, resolved: dict) -> None:
+    def write_config(self, resolved: dict, note=None) -> None:
         """Rank 0 writes it."""
 
     def write_metrics(self, metrics: dict) -> None:

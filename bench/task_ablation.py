@@ -1,0 +1,245 @@
+"""Why do the prompts lose to the frozen backbone at small scale? A task-level ablation (issue #33), pre-registered.
+
+    python -m bench.task_ablation --regime evidence [--levels base lr_x10 ...] [--seeds 1 2 3 4 5] [--quick]
+    python -m bench.task_ablation --report          # tables from the committed rows only
+
+A **cell** is (regime, level, seed): the regime's ``norga_tanh`` arm with the level's overrides learns tasks 0 and
+1 (the full HiDe-Prompt pipeline: TII, WTP, TAP; task 1 starts from task 0's prompt and head) and the method's
+diagnostics (``norga.methods.hideprompt_diagnostics``) give, per task,
+
+    delta = TIL(psi on prompted features, right after WTP) - TIL(linear probe on frozen features)
+
+both on the task's test images with logits over its classes; the probe is trained on the task's un-augmented
+training images with WTP's epochs, lr and batch. Rows also carry WTP's first/last epoch CE and regulariser,
+the feature change of the trained prompt against a random prompt of the same norm, the prompt change and the
+minutes. Rows are appended to ``bench/results/task_ablation.json`` as cells finish; a cell already there is
+skipped (resumable).
+
+PRE-REGISTERED (written 2026-11-25, before any cell ran; the grid, the readout and the rule are not changed after
+seeing results; an added level or regime is marked as added later)
+
+* Regimes: ``evidence`` (mixed domains, DINOv2 ViT-S/14 56 px), ``cifar100_first`` (Split CIFAR-100, DINOv2
+  ViT-S/14 84 px) and ``weak_cifar`` (CIFAR-100 classes 0-49 in 5 tasks of 10 on the small ViT of
+  ``bench/weak_backbone.py``, pretrained on classes 50-99 only). Seeds 1-5 in every regime.
+* Levels, one factor at a time from the regime's ``norga_tanh`` arm (``base``): :data:`LEVELS`.
+* Statistic: per seed, the mean delta over tasks 0 and 1; per (regime, level) its mean and 95% t interval over
+  the seeds, and the paired difference level - base (by seed) with its 95% t interval.
+* Decision rule: a level *matters* in a regime when the interval of (level - base) excludes 0. The
+  *combination*: per factor, the level with the largest mean (level - base) among the levels resolved above 0 in
+  at least 2 of the 3 regimes (none: the base value); it runs once on fresh seeds 6-10 in all three regimes and
+  *wins* in a regime when its delta interval lies above 0. Only if it wins in at least 2 regimes is it shipped as
+  ``configs/recipes/small_data.yaml`` and run on the full evidence benchmark (5 seeds, paired with the arms).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Callable, Dict, List, Sequence
+
+from bench.regimes import REGIMES, REPO, Regime
+from norga.config import Config
+from norga.summary_stats import describe, difference_text, paired, table_head
+
+RESULTS = REPO / "bench" / "results" / "task_ablation"
+ARM = "norga_tanh"
+TASKS = (0, 1)
+SEEDS = (1, 2, 3, 4, 5)
+Level = Callable[[Config], List[str]]  # the base config -> the level's --set overrides
+
+
+def _scaled(key: str, factor: float, cast=float) -> Level:
+    def level(cfg: Config) -> List[str]:
+        value = cfg.method
+        for part in key.split(".")[1:]:
+            value = getattr(value, part)
+        return [f"{key}={cast(value * factor)}"]
+    return level
+
+
+def _swap_transforms(cfg: Config) -> List[str]:
+    """Augmentation on <-> off: ``plain`` -> ``backbone`` (timm's training transform: RandomResizedCrop(0.08-1) and
+    flip, the authors' recipe outside CIFAR), any augmenting recipe (e.g. the authors' ``cifar``) -> ``plain``."""
+    return [f"data.transforms={'backbone' if cfg.data.transforms == 'plain' else 'plain'}"]
+
+
+def _all_blocks(cfg: Config) -> List[str]:
+    return [f"method.prompt_layers={list(range(_depth(cfg)))}"]
+
+
+def _depth(cfg: Config) -> int:
+    """Number of blocks of the config's backbone (builds it without weights)."""
+    from norga.engine.task_loop import build_vit
+    import copy
+
+    arch = copy.deepcopy(cfg)
+    arch.model.checkpoint, arch.model.pretrained = None, False
+    return len(build_vit(arch).blocks)
+
+
+LEVELS: Dict[str, Level] = {
+    "base": lambda cfg: [],
+    "init_small": lambda cfg: ["method.prompt_init=uniform", "method.prompt_init_scale=0.01"],
+    "init_normal": lambda cfg: ["method.prompt_init=normal", "method.prompt_init_scale=0.02"],
+    "init_zero_values": lambda cfg: ["method.prompt_init=zero_values"],
+    "reg_eq56": lambda cfg: ["method.wtp.reg_form=eq56"],
+    "reg_off": lambda cfg: ["method.wtp.reg=0.0"],
+    "aug_swap": _swap_transforms,
+    "lr_x0.1": _scaled("method.wtp.lr", 0.1),
+    "lr_x10": _scaled("method.wtp.lr", 10.0),
+    "epochs_x0.5": _scaled("method.wtp.epochs", 0.5, lambda v: max(1, int(round(v)))),
+    "epochs_x2": _scaled("method.wtp.epochs", 2.0, lambda v: int(round(v))),
+    "layers_all": _all_blocks,
+    "length_x2": _scaled("method.prompt_length", 2.0, lambda v: int(round(v))),
+    "gate_linear": lambda cfg: ["method.gate={name: linear}"],
+    "gate_sigmoid": lambda cfg: ["method.gate={name: norga, activation: sigmoid}"],
+    "head_lr_x0.1": _scaled("method.wtp.head_lr_scale", 0.1),
+    "head_lr_x10": _scaled("method.wtp.head_lr_scale", 10.0),
+}
+
+
+def cell_config(regime: Regime, level: str, seed: int, extra: Sequence[str], quick: bool) -> Config:
+    """The regime's norga_tanh arm with the level's overrides, the seed and ``extra`` (data root, weights)."""
+    base = regime.config(ARM, quick, [f"seed={seed}", *extra])
+    return regime.config(ARM, quick, [f"seed={seed}", *extra, *LEVELS[level](base)])
+
+
+def run_cell(cfg: Config, tasks: Sequence[int] = TASKS) -> List[dict]:
+    """Learn ``tasks`` (from task 0 on) with ``cfg``; one row per task from the method's diagnostics."""
+    import torch
+
+    from norga.engine.loaders import task_loaders, test_loader
+    from norga.engine.task_loop import build_data, build_vit, resolve_config
+    from norga.methods import build_method
+    from norga.toolkit.devices import resolve_device
+    from norga.toolkit.seeding import seed_everything, task_seed
+
+    cfg = resolve_config(cfg)
+    vit = build_vit(cfg)
+    bench = build_data(cfg, vit)
+    method = build_method(cfg, vit, bench.task_classes, resolve_device(cfg.device))
+    rows = []
+    for t in range(max(tasks) + 1):
+        start = time.time()
+        loaders = task_loaders(cfg, bench, t, method.train_batch_size, test_loader(cfg, bench, t))
+        seed_everything(task_seed(cfg.seed, t))
+        with torch.random.fork_rng(devices=[]):
+            method.learn_task(t, loaders)
+        if t in tasks:
+            rows.append(row_of(method.describe()["diagnostics"][t], time.time() - start))
+    return rows
+
+
+def row_of(d: dict, seconds: float) -> dict:
+    """One task's diagnostics -> a result row (accuracies as fractions)."""
+    return {"task": d["task"], "delta": d["til_prompted_before_tap"] - d["til_frozen_probe"],
+            "til_prompted": d["til_prompted_before_tap"], "til_probe": d["til_frozen_probe"],
+            "til_after_tap": d["til_prompted_after_tap"], "ce_first": d["wtp_first"].get("ce"),
+            "ce_last": d["wtp_last"].get("ce"), "reg_first": d["wtp_first"].get("reg"),
+            "reg_last": d["wtp_last"].get("reg"), "feat_trained": d["feature_change_trained"],
+            "feat_random": d["feature_change_random"], "prompt_change": d["prompt_change"],
+            "minutes": seconds / 60}
+
+
+# ---- rows and statistics -----------------------------------------------------------------------------
+def load_rows(path: Path) -> List[dict]:
+    return json.loads(path.read_text()) if path.is_file() else []
+
+
+def save_rows(path: Path, rows: List[dict]) -> None:
+    from norga.files import atomic_write_bytes
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(path, (json.dumps(rows, indent=1) + "\n").encode())
+
+
+def seed_deltas(rows: List[dict], regime: str, level: str) -> Dict[int, float]:
+    """Seed -> mean delta over the tasks of (regime, level) in percentage points (seeds with every task only)."""
+    by_seed: Dict[int, List[float]] = {}
+    for r in rows:
+        if r["regime"] == regime and r["level"] == level:
+            by_seed.setdefault(r["seed"], []).append(100.0 * r["delta"])
+    return {s: sum(v) / len(v) for s, v in by_seed.items() if len(v) == len(TASKS)}
+
+
+def level_lines(rows: List[dict], regime: str) -> List[str]:
+    """The Markdown table of a regime: per level n, delta mean [95%], level - base [95%], CE, feature change."""
+    lines = table_head("level", ["delta (pp) [95%]", "level − base (pp) [95%]", "CE first → last",
+                                 "feature Δ trained / random"])
+    base = seed_deltas(rows, regime, "base")
+    for level in LEVELS:
+        deltas = seed_deltas(rows, regime, level)
+        if not deltas:
+            continue
+        est = describe(list(deltas.values()))
+        interval = "–" if est.n < 2 else f"[{est.low:+.1f}, {est.high:+.1f}]"
+        common = sorted(set(deltas) & set(base))
+        vs = "–" if level == "base" or len(common) < 2 else difference_text(paired(deltas, base)[1])
+        mine = [r for r in rows if r["regime"] == regime and r["level"] == level]
+        ce = f"{_mean(mine, 'ce_first'):.2f} → {_mean(mine, 'ce_last'):.2f}"
+        feat = f"{_mean(mine, 'feat_trained'):.3f} / {_mean(mine, 'feat_random'):.3f}"
+        lines.append(f"| {level} | {est.n} | {est.mean:+.1f} {interval} | {vs} | {ce} | {feat} |")
+    return lines
+
+
+def _mean(rows: List[dict], key: str) -> float:
+    values = [r[key] for r in rows if r.get(key) is not None]
+    return sum(values) / len(values) if values else float("nan")
+
+
+def write_report(rows: List[dict], path: Path) -> None:
+    from norga.files import atomic_write_bytes
+
+    parts = [f"# Task-level ablation (issue #33)\n\nGenerated by `python -m bench.task_ablation --report` from "
+             f"`{RESULTS.with_suffix('.json').relative_to(REPO)}`; readout and rule: the module docstring.\n"]
+    for regime in sorted({r["regime"] for r in rows}):
+        parts.append(f"\n## {regime}\n\n" + "\n".join(level_lines(rows, regime)) + "\n")
+    atomic_write_bytes(path, "".join(parts).encode())
+
+
+# ---- command line ---------------------------------------------------------------------------------------
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--regime", choices=sorted(REGIMES), default="evidence")
+    p.add_argument("--levels", nargs="+", choices=list(LEVELS), default=list(LEVELS))
+    p.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS))
+    p.add_argument("--quick", action="store_true", help="the regime's quick keys (a check of the mechanism)")
+    p.add_argument("--report", action="store_true", help="only regenerate the report from the committed rows")
+    p.add_argument("--shared", type=Path, default=REPO.parent / "shared")
+    p.add_argument("--data-dir", type=Path, default=REPO / "runs" / "bench_data")
+    p.add_argument("--fashion-dir", type=Path, default=None, help="Fashion-MNIST idx files (evidence regime)")
+    p.add_argument("--results", type=Path, default=RESULTS, help="stem of the .json rows and the .md report")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    from bench.regime_data import regime_extra
+
+    args = parse_args(argv)
+    if args.fashion_dir is None:
+        from bench.mixed_domains import FASHION_DIR
+
+        args.fashion_dir = FASHION_DIR
+    rows_path, report_path = args.results.with_suffix(".json"), args.results.with_suffix(".md")
+    rows = load_rows(rows_path)
+    if not args.report:
+        regime = REGIMES[args.regime]
+        extra = regime_extra(regime, args)
+        for seed in args.seeds:
+            for level in args.levels:
+                tag = {"regime": regime.name + ("_quick" if args.quick else ""), "level": level, "seed": seed}
+                if any(all(r.get(k) == v for k, v in tag.items()) for r in rows):
+                    continue
+                cell = run_cell(cell_config(regime, level, seed, extra, args.quick))
+                rows += [{**tag, **row} for row in cell]
+                save_rows(rows_path, rows)
+                print(f"{tag}: delta " + ", ".join(f"task {r['task']} {100 * r['delta']:+.1f} pp" for r in cell),
+                      flush=True)
+    write_report(rows, report_path)
+    print(report_path.read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,63 @@
+"""The task-level ablation bench of issue #33 (bench/task_ablation.py): every pre-registered level is a valid config,
+the statistics are the hand-computed ones, and a cell's readout is the method's own diagnostics."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from bench import task_ablation as ta
+from bench.regimes import REGIMES
+from conftest import SMOKE
+from norga.config import load_config
+
+EXTRA = ["data.root=data.npz", "model.checkpoint=w.pt"]  # never read: configs are only loaded here
+
+
+@pytest.mark.parametrize("regime", sorted(REGIMES))
+def test_every_level_changes_exactly_what_it_names(regime):
+    base = ta.cell_config(REGIMES[regime], "base", 3, EXTRA, quick=False)
+    for level in ta.LEVELS:
+        if level == "layers_all":
+            continue  # builds the backbone: checked on the smoke config below
+        cfg = ta.cell_config(REGIMES[regime], level, 3, EXTRA, quick=False)
+        assert cfg.seed == 3 and (cfg == base) == (level == "base"), level
+    lr = ta.cell_config(REGIMES[regime], "lr_x10", 3, EXTRA, quick=False)
+    assert math.isclose(lr.method.wtp.lr, 10 * base.method.wtp.lr)
+    epochs = ta.cell_config(REGIMES[regime], "epochs_x0.5", 3, EXTRA, quick=False)
+    assert epochs.method.wtp.epochs == max(1, round(base.method.wtp.epochs / 2))
+    swapped = ta.cell_config(REGIMES[regime], "aug_swap", 3, EXTRA, quick=False)
+    assert "plain" in {swapped.data.transforms, base.data.transforms} and swapped.data.transforms != base.data.transforms
+
+
+def test_layers_all_prompts_every_block_of_the_backbone():
+    cfg = load_config(SMOKE)
+    assert ta.LEVELS["layers_all"](cfg) == ["method.prompt_layers=[0, 1]"]  # the smoke ViT has 2 blocks
+
+
+def test_statistics_by_hand():
+    rows = []
+    for seed, (b0, b1, l0, l1) in {1: (0.10, 0.00, 0.20, 0.10), 2: (0.00, -0.10, 0.05, 0.05),
+                                   3: (-0.20, 0.00, 0.00, 0.00)}.items():
+        for level, deltas in (("base", (b0, b1)), ("lr_x10", (l0, l1))):
+            rows += [{"regime": "r", "level": level, "seed": seed, "task": t, "delta": d, "ce_first": 2.0,
+                      "ce_last": 1.0, "feat_trained": 0.5, "feat_random": 0.25} for t, d in enumerate(deltas)]
+    rows.append({"regime": "r", "level": "lr_x0.1", "seed": 1, "task": 0, "delta": 0.5})  # task 1 missing
+    base, lr = ta.seed_deltas(rows, "r", "base"), ta.seed_deltas(rows, "r", "lr_x10")
+    assert base == pytest.approx({1: 5.0, 2: -5.0, 3: -10.0}) and lr == pytest.approx({1: 15.0, 2: 5.0, 3: 0.0})
+    assert ta.seed_deltas(rows, "r", "lr_x0.1") == {}  # a seed counts only with both tasks
+    lines = ta.level_lines(rows, "r")
+    assert lines[2].startswith("| base | 3 | -3.3 [") and "| lr_x10 | 3 | +6.7 [" in lines[3]
+    assert "| +10.00 [+10.00, +10.00] *resolved* |" in lines[3]  # lr_x10 - base = +10 on every seed
+    assert "2.00 → 1.00" in lines[3] and "0.500 / 0.250" in lines[3]
+
+
+@pytest.mark.integration
+def test_a_cell_reads_the_methods_diagnostics():
+    cfg = load_config(SMOKE, ["method.wtp.epochs=1", "method.tii.epochs=1", "method.tii.align_epochs=1",
+                              "method.tap.epochs=1"])
+    rows = ta.run_cell(cfg)
+    assert [r["task"] for r in rows] == [0, 1]
+    for r in rows:
+        assert r["delta"] == pytest.approx(r["til_prompted"] - r["til_probe"])
+        assert 0.0 <= r["til_probe"] <= 1.0 and r["ce_first"] > 0 and r["feat_random"] > 0
