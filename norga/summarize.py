@@ -105,7 +105,8 @@ def load_run(path: Path, allow_mixed: bool = False) -> Tuple[Optional[Run], str]
     if metrics.get("status") == "failed":
         return None, f"failed in task {stopped.get('task')}: {stopped.get('reason', 'no reason recorded')}"
     if done is None or total is None or done < total:
-        return None, f"incomplete: {done}/{total} tasks completed"
+        how = f" (interrupted in task {stopped.get('task')})" if metrics.get("status") == "interrupted" else ""
+        return None, f"incomplete: {done}/{total} tasks completed{how}"
     if metrics.get("mixed_config") and not allow_mixed:
         changes = [sorted(h.get("changed", {})) for h in metrics.get("config_history", [])[1:]]
         raise SummaryError(f"{path} was trained with different configs across its tasks (--force; changed: "
