@@ -17,7 +17,7 @@ import pytest
 from test_data_layouts import cub_root, five_root, save_image  # noqa: F401  (fixtures)
 
 from norga.cli import main
-from norga.data import build_benchmark
+from norga.data import DataError, build_benchmark
 from norga.data.prepare import PARTIAL, PREPARERS, get_preparer
 
 
@@ -229,3 +229,15 @@ def test_bad_sha256_option(value, message, tmp_path, capsys):
     assert main(["data", "prepare", "cub200", "--root", str(tmp_path), "--sha256", value]) == 2
     assert message in capsys.readouterr().err
     assert not os.listdir(tmp_path)
+
+
+def test_a_tar_escaping_its_folder_is_refused(tmp_path):
+    from norga.data.prepare import extract
+
+    (tmp_path / "evil.txt").write_text("x")
+    with tarfile.open(tmp_path / "evil.tar", "w") as tar:
+        tar.add(tmp_path / "evil.txt", arcname="../escaped.txt")
+    (tmp_path / "out").mkdir()
+    with pytest.raises((tarfile.TarError, DataError)):
+        extract(tmp_path / "evil.tar", tmp_path / "out")
+    assert not (tmp_path / "escaped.txt").exists() and not any((tmp_path / "out").iterdir())
