@@ -6,7 +6,7 @@ is compared with.
   GT-RIPL/CODA-Prompt, MIT licence); mammoth (aimagelab/mammoth, ``datasets/imagenet_r_utils``) ships the
   same two files byte for byte. 24,000 train / 6,000 test images drawn at random over the whole dataset
   (per class between 71 % and 92 % train), and CODA-Prompt's own class ids (``targets``), so
-  ``class_order: [0, 1, ..., 199]`` gives its unshuffled task order. Read from our converted copy
+  ``class_order: natural`` gives its unshuffled task order. Read from our converted copy
   (``splits/imagenet_r_coda_prompt.tsv.gz``) or, with ``data.options.split_root``, from a folder holding the
   two original yaml files, checked against their sha256.
 * ``folders``: pre-split ``imagenet-r/train/<wnid>/`` and ``imagenet-r/test/<wnid>/`` folders, as
