@@ -241,3 +241,51 @@ def test_a_tar_escaping_its_folder_is_refused(tmp_path):
     with pytest.raises((tarfile.TarError, DataError)):
         extract(tmp_path / "evil.tar", tmp_path / "out")
     assert not (tmp_path / "escaped.txt").exists() and not any((tmp_path / "out").iterdir())
+
+
+def served_cub(cub_root, tmp_path, monkeypatch):
+    """The CUB fixture archive served from a file:// URL, its sha256 the checksum (no network)."""
+    mirror = tmp_path / "mirror"
+    build_mirror("cub200", cub_root, mirror)
+    url = (mirror / "CUB_200_2011.tgz").as_uri()
+    archive = dataclasses.replace(get_preparer("cub200").archives[0], urls=(url,),
+                                  checksum=f"sha256:{sha256(mirror / 'CUB_200_2011.tgz')}")
+    monkeypatch.setitem(PREPARERS, "cub200", dataclasses.replace(PREPARERS["cub200"], archives=(archive,)))
+    return url
+
+
+def test_data_download_true_uses_the_verified_preparer(cub_root, tmp_path, monkeypatch, capsys):
+    import norga.data.folders as folders
+
+    monkeypatch.setattr(folders, "CUB_URL", served_cub(cub_root, tmp_path, monkeypatch))
+    bench = build_benchmark("cub200", tmp_path / "data", 2, image_size=16, download=True)
+    assert len(bench.raw.train_y) == 13 and "sha256 verified" in capsys.readouterr().out
+
+
+def test_an_interrupted_extraction_leaves_nothing(cub_root, tmp_path, monkeypatch, capsys):
+    import norga.data.prepare as prepare_module
+
+    served_cub(cub_root, tmp_path, monkeypatch)
+    real = prepare_module.extract
+
+    def interrupted(path, target):
+        real(path, target)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(prepare_module, "extract", interrupted)
+    root = tmp_path / "data"
+    assert main(["data", "prepare", "cub200", "--root", str(root), "--no-progress"]) == 130
+    assert "interrupted" in capsys.readouterr().err
+    assert not (root / "CUB_200_2011").exists() and not (root / PARTIAL).exists()
+    monkeypatch.setattr(prepare_module, "extract", real)
+    assert main(["data", "prepare", "cub200", "--root", str(root), "--no-progress"]) == 0  # the download is reused
+    assert (root / "CUB_200_2011" / "images.txt").is_file()
+
+
+def test_data_list_and_per_class_counts(cub_root, capsys):
+    assert main(["data", "list"]) == 0
+    out = capsys.readouterr().out
+    assert "imagenet-r.tar  md5:a61312130a589d0ca1a8fca1f2bd3337" in out and "five_datasets:" in out
+    assert main(["data", "prepare", "cub200", "--root", str(cub_root), "--check", "--per-class", "--no-decode"]) == 0
+    out = capsys.readouterr().out
+    assert "train: 4 classes, 13 images" in out and "  001.Bird_0: 3\n  002.Bird_1: 4\n" in out

@@ -36,9 +36,11 @@ def _check_options(dataset: str, options: dict, allowed: Sequence[str]) -> None:
 
 
 def _download(url: str, root: Path, filename: str) -> None:
-    from torchvision.datasets.utils import download_and_extract_archive
+    """``data.download: true``: fetch, checksum-verify and extract ``filename`` under ``root`` (norga data prepare)."""
+    from .prepare import prepare_url
 
-    download_and_extract_archive(url, download_root=str(root), filename=filename)
+    for line in prepare_url(url, root):
+        print(line)
 
 
 # ---------------------------------------------------------------- ImageNet-R

@@ -227,7 +227,23 @@ def prepare(benchmark: str, root, mirror=None, offline: bool = False, sha256: Op
                 f"prepare {benchmark} --root {root} --check)"]
     if offline:
         return [manual_steps(preparer, root, pending)]
-    mirror = Path(mirror) if mirror else None
+    return _install(preparer, root, pending, Path(mirror) if mirror else None, overrides, progress)
+
+
+def prepare_url(url: str, root, progress: bool = True) -> List[str]:
+    """Fetch, verify and extract the one shipped archive served at ``url`` (what ``data.download: true`` uses)."""
+    get_preparer("cifar100")  # registers the shipped preparers
+    for preparer in PREPARERS.values():
+        for archive in preparer.archives:
+            if url in archive.urls:
+                pending = [a for a in _pending(preparer, Path(root)) if a is archive]
+                return _install(preparer, Path(root), pending, None, {}, progress) if pending else []
+    raise DataError(f"no shipped archive is downloaded from {url}; norga data list shows them")
+
+
+def _install(preparer: Preparer, root: Path, pending: Sequence[Archive], mirror: Optional[Path],
+             overrides: Mapping[str, str], progress: bool) -> List[str]:
+    """Fetch, verify (all), then extract (each) the ``pending`` archives; the lines to report."""
     fetched = [(a, *_fetch(preparer, a, root, mirror, progress)) for a in pending]
     lines = []
     for archive, path, ours in fetched:  # verify everything before extracting anything
@@ -245,6 +261,6 @@ def prepare(benchmark: str, root, mirror=None, offline: bool = False, sha256: Op
             _unpack(archive, path, work, root)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    lines.append(f"{benchmark}: prepared under {root}" + (f" (downloaded archives kept in {root / DOWNLOADS})"
+    lines.append(f"{preparer.benchmark}: prepared under {root}" + (f" (downloaded archives kept in {root / DOWNLOADS})"
                                                           if any(ours for _, _, ours in fetched) else ""))
     return lines
