@@ -39,7 +39,8 @@ CIFAR10 = Archive("cifar-10-python.tar.gz", ("https://www.cs.toronto.edu/~kriz/c
 IMAGENET_R = Archive("imagenet-r.tar", (IMAGENET_R_URL,), "md5:a61312130a589d0ca1a8fca1f2bd3337",
                      "md5 published in torch-uncertainty (ImageNetR.tgz_md5); none by the dataset's authors",
                      (("imagenet-r", "imagenet-r"),))
-CUB = Archive("CUB_200_2011.tgz", (CUB_URL,), "md5:97eceeb196236b17998738112f37df78",
+CUB_RECORD_URL = "https://data.caltech.edu/records/65de6-vp158/files/CUB_200_2011.tgz?download=1"  # most cited
+CUB = Archive("CUB_200_2011.tgz", (CUB_RECORD_URL, CUB_URL), "md5:97eceeb196236b17998738112f37df78",
               "md5 of the Caltech archive, as published in avalanche and TDeVries/cub2011_dataset",
               (("CUB_200_2011", "CUB_200_2011"),))
 NOTMNIST = Archive("notMNIST.zip", (NOTMNIST_URL,), "git-sha1:3e15e76aba58fdd8ea2fe95180192c104b62f0f2",
