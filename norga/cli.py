@@ -1,10 +1,11 @@
-"""The ``norga`` command: ``norga train | eval | summarize | routes | doctor | list`` and ``norga --version``.
+"""The ``norga`` command: ``norga train | eval | summarize | routes | doctor | data | list`` and ``norga --version``.
 
     norga train --config configs/smoke.yaml --output-dir runs/smoke [--set method.wtp.epochs=3 ...] [--dry-run] [--force]
     norga eval --run runs/smoke [--output eval.json]
     norga summarize runs/a_s42 runs/a_s43 [--vs runs/b_s42 runs/b_s43] [--out DIR]
     norga routes --run runs/mh_moe          # N_eff / old-task loss change per route of an MoE-adapter run
     norga doctor [--config CFG]             # versions, torch/torchvision pairing, devices, a config's paths
+    norga data prepare cifar100 --root DATA # download, verify, extract a benchmark (--check validates it)
     norga list
 
 ``train.py`` and ``eval.py`` are thin wrappers around :func:`train_main` and
@@ -262,9 +263,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return summarize_main(argv[1:])
     if argv and argv[0] == "doctor":  # its own parser
         return doctor_main(argv[1:])
+    if argv and argv[0] == "data":  # its own parser: norga data prepare | list
+        from .data.cli import data_main
+        return data_main(argv[1:])
     parser = argparse.ArgumentParser(prog="norga", description=__doc__.split("\n\n")[0])
     parser.add_argument("--version", action="version", version=f"norga {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{train,eval,summarize,routes,doctor,list}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{train,eval,summarize,routes,doctor,data,list}")
     add_train_arguments(commands.add_parser("train", help="train or resume a run"))
     add_eval_arguments(commands.add_parser("eval", help="re-evaluate a run from its checkpoints"))
     commands.add_parser("summarize", help="aggregate run folders over seeds (norga summarize --help)")
@@ -272,6 +276,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     routes.add_argument("--run", "--run-dir", dest="run", required=True, type=Path, help="a finished run folder")
     routes.add_argument("--bins", type=int, default=4, help="mass-quantile bins of N_eff (default 4)")
     commands.add_parser("doctor", help="check this install: versions, torch/torchvision pairing, devices (--config)")
+    commands.add_parser("data", help="prepare or check a benchmark folder (norga data prepare --help)")
     commands.add_parser("list", help="registered gates, methods, benchmarks and backbone presets")
     args = parser.parse_args(argv)
     if args.command == "train":

@@ -21,6 +21,7 @@ from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 
+from .imagenet_r_splits import SPLITS, coda_prompt_split, folders_split
 from .sources import DataError, RawData, register_source
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp"}
@@ -35,9 +36,11 @@ def _check_options(dataset: str, options: dict, allowed: Sequence[str]) -> None:
 
 
 def _download(url: str, root: Path, filename: str) -> None:
-    from torchvision.datasets.utils import download_and_extract_archive
+    """``data.download: true``: fetch, checksum-verify and extract ``filename`` under ``root`` (norga data prepare)."""
+    from .prepare import prepare_url
 
-    download_and_extract_archive(url, download_root=str(root), filename=filename)
+    for line in prepare_url(url, root):
+        print(line)
 
 
 # ---------------------------------------------------------------- ImageNet-R
@@ -91,21 +94,24 @@ def _read_split_file(path: Path, folder: Path) -> Tuple[List[str], List[str]]:
 
 @register_source("imagenet_r")
 def imagenet_r_source(root, download: bool, options: dict) -> RawData:
-    """ImageNet-R: ``ROOT/imagenet-r/<wnid>/*.jpg`` (200 folders); options: split_seed, split_file, num_classes."""
-    _check_options("imagenet_r", options, ("split_seed", "split_file", "num_classes"))
+    """ImageNet-R: ``ROOT/imagenet-r/<wnid>/*.jpg`` (200 folders); options: split (seeded | coda_prompt |
+    folders, see :mod:`norga.data.imagenet_r_splits`), split_seed, split_file, split_root, num_classes."""
+    _check_options("imagenet_r", options, ("split", "split_seed", "split_file", "split_root", "num_classes"))
+    split = options.get("split", "seeded")
+    if split not in SPLITS:
+        raise DataError(f"imagenet_r: data.options.split must be one of {list(SPLITS)}, got {split!r}")
+    if options.get("split_file") and split != "seeded" or options.get("split_root") and split != "coda_prompt":
+        raise DataError("imagenet_r: data.options.split_file goes with the default split only, and split_root "
+                        f"with split: coda_prompt (got split {split!r})")
     folder = _imagenet_r_folder(root)
     if not folder.is_dir() and download:
         _download(IMAGENET_R_URL, folder.parent, "imagenet-r.tar")
-    expected = int(options.get("num_classes", 200))
-    layout = (f"expected {folder}/<wnid>/<image>.jpg with {expected} class folders (the extracted imagenet-r.tar "
-              f"from {IMAGENET_R_URL}; data.download=true fetches it)")
-    if not folder.is_dir():
-        raise DataError(f"imagenet_r: folder not found: {folder}; {layout}")
-    files = list_class_files(folder)
-    empty = [c for c, names in files.items() if len(names) < 2]
-    if len(files) != expected or empty:
-        raise DataError(f"imagenet_r: {folder} has {len(files)} class folders ({len(empty)} with < 2 images: "
-                        f"{empty[:5]}); {layout}")
+    if split == "folders":
+        return _named_split(folder, "folders (train/ and test/ class folders)", folders_split(folder, IMAGE_SUFFIXES))
+    files = _checked_class_files(folder, int(options.get("num_classes", 200)))
+    if split == "coda_prompt":
+        return _named_split(folder, "coda_prompt (CODA-Prompt's imagenet-r_{train,test}.yaml)",
+                            coda_prompt_split(folder, options.get("split_root")))
     if options.get("split_file"):
         train, test = _read_split_file(Path(options["split_file"]), folder)
         source = f"file {options['split_file']}"
@@ -113,10 +119,30 @@ def imagenet_r_source(root, download: bool, options: dict) -> RawData:
         seed = int(options.get("split_seed", 0))
         train, test = imagenet_r_split(files, seed)
         source = f"per-class 80/20, sorted files, split_seed {seed}"
-    index = {c: i for i, c in enumerate(files)}
-    label = lambda paths: np.array([index[p.split("/")[0]] for p in paths], dtype=np.int64)
+    return _named_split(folder, source, (train, test, {c: i for i, c in enumerate(files)}))
+
+
+def _checked_class_files(folder: Path, expected: int) -> Dict[str, List[str]]:
+    """The class folders' files; an error unless there are ``expected`` folders of >= 2 images each."""
+    layout = (f"expected {folder}/<wnid>/<image>.jpg with {expected} class folders (the extracted imagenet-r.tar "
+              f"from {IMAGENET_R_URL}; data.download=true or 'norga data prepare imagenet_r' fetches it)")
+    if not folder.is_dir():
+        raise DataError(f"imagenet_r: folder not found: {folder}; {layout}")
+    files = list_class_files(folder)
+    empty = [c for c, names in files.items() if len(names) < 2]
+    if len(files) != expected or empty:
+        raise DataError(f"imagenet_r: {folder} has {len(files)} class folders ({len(empty)} with < 2 images: "
+                        f"{empty[:5]}); {layout}")
+    return files
+
+
+def _named_split(folder: Path, source: str, split) -> RawData:
+    """(train paths, test paths, wnid -> class id) relative to ``folder`` -> RawData (absolute paths)."""
+    train, test, index = split
+    label = lambda paths: np.array([index[p.split("/")[-2]] for p in paths], dtype=np.int64)
     absolute = lambda paths: np.array([str(folder / p) for p in paths], dtype=object)
-    return RawData(absolute(train), label(train), absolute(test), label(test), list(files),
+    names = sorted(index, key=index.get)
+    return RawData(absolute(train), label(train), absolute(test), label(test), names,
                    info={"split": source, "split_sha256": split_checksum(train, test)})
 
 
