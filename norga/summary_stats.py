@@ -10,8 +10,8 @@ Units are whatever the inputs are in (the summaries use percentage points).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Hashable, List, Mapping, Sequence, Tuple
+from dataclasses import dataclass, replace
+from typing import Hashable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 from scipy import stats
@@ -47,6 +47,16 @@ def paired(a: Mapping[Hashable, float], b: Mapping[Hashable, float],
     if not common:
         raise ValueError("no common seed between the two groups: paired differences need matching seeds")
     return common, describe([a[s] - b[s] for s in common], confidence)
+
+
+def clip_interval(e: Estimate, bounds: Optional[Tuple[float, float]]) -> Tuple[Estimate, bool]:
+    """(``e`` with its interval clipped to ``bounds``, whether it was clipped). The t interval assumes normal
+    values, so with few seeds it can reach past what the metric can take (an accuracy above 100 %); the
+    clipped interval is what the data allow. Mean and std are kept; ``bounds`` None or no interval: unchanged."""
+    if bounds is None or math.isnan(e.low):
+        return e, False
+    low, high = max(e.low, bounds[0]), min(e.high, bounds[1])
+    return replace(e, low=low, high=high), (low, high) != (e.low, e.high)
 
 
 def difference_text(e: Estimate) -> str:
