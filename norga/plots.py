@@ -43,6 +43,7 @@ from .plot_scales import data_limits, figure as _figure, save_png, scale_label
 from .toolkit.epochlog import read_epoch_log
 
 PLOT_DIR = "plots"
+CURVE_BOUNDS = (-1.0, 101.0)  # % : a curve's axis may pass 0 and 100 by a point so markers there stay whole
 
 
 def percent_matrix(rows: Optional[Sequence[Sequence[Optional[float]]]], done: int) -> np.ndarray:
@@ -102,12 +103,12 @@ def plot_average_accuracy(metrics: dict, records: List[dict]) -> Figure:
         if metrics.get(key):
             drawn.append(running_average(percent_matrix(metrics[key], done)))
             ax.plot(steps, drawn[-1], style, label=label)
-    low, high = data_limits(np.concatenate(drawn), margin=0.1, min_span=2.0)
+    low, high = data_limits(np.concatenate(drawn), margin=0.1, min_span=2.0, bounds=CURVE_BOUNDS)
     ax.set(xlabel="after learning task t", ylabel=scale_label(low, high).replace("scale", "axis"),
            title="average accuracy over tasks seen", ylim=(low, high))
     ax.set_xticks(steps)
     ax.grid(alpha=0.3)
-    ax.legend(loc="lower left")
+    ax.legend(loc="best")
     return fig
 
 
@@ -118,14 +119,14 @@ def plot_task_curves(metrics: dict, records: List[dict]) -> Figure:
     ax = fig.subplots()
     for i in range(done):
         ax.plot(np.arange(i, done), S[i, i:], "o-", markersize=3, label=f"task {i}")
-    low, high = data_limits(S, margin=0.1, min_span=2.0)
+    low, high = data_limits(S, margin=0.1, min_span=2.0, bounds=CURVE_BOUNDS)
     ax.set(xlabel="after learning task t", ylim=(low, high),
-           ylabel="accuracy on the task " + scale_label(low, high).replace("scale", "axis"),
+           ylabel="accuracy on the task\n" + scale_label(low, high).replace("scale", "axis"),
            title="per-task accuracy (class-incremental)")
     ax.set_xticks(np.arange(done))
     ax.grid(alpha=0.3)
     if done <= 20:
-        ax.legend(fontsize=7, ncol=max(1, done // 10), loc="lower left")
+        ax.legend(fontsize=7, ncol=max(1, done // 10), loc="best")
     return fig
 
 
