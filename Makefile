@@ -15,7 +15,7 @@ $(BIN)/norga: setup.cfg pyproject.toml
 demo: $(BIN)/norga  ## the main job on the embedded default: the smoke config (tiny ViT, synthetic data, 3 tasks)
 	$(BIN)/norga train --config configs/smoke.yaml --output-dir runs/smoke
 
-test: $(BIN)/norga  ## what CI runs (.ci/run): the default suite, then the slow fault matrices
+test: $(BIN)/norga  ## what CI runs (.ci/run): the default suite, then the slow tests (fault matrices, smoke figures)
 	$(BIN)/python -m pytest -q
 	$(BIN)/python -m pytest -q -m slow
 

@@ -23,7 +23,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Callable, Dict, List
 
-from bench import real_data_cpu
+from bench import real_data_cpu, smoke_figures
 from bench.crosscheck import training as crosscheck_training
 from bench.moe_arms import routing_lines, routing_pair_lines
 from bench.regimes import REPO
@@ -155,6 +155,22 @@ BLOCK_MISSING["crosscheck-l2p-per-task"] = CROSSCHECK_MISSING
 for _method in crosscheck_training.METHODS:
     BLOCK_MISSING[f"crosscheck-{_method}"] = CROSSCHECK_MISSING
     block(f"crosscheck-{_method}", [])(_crosscheck_per_seed(_method))
+
+
+BLOCK_MISSING["smoke-figures"] = "run `python -m bench.smoke_figures`"
+BLOCK_MISSING["cifar100-dinov2-cpu"] = "run `python -m bench.real_data_cpu --regime cifar100_first`"
+
+
+@block("smoke-figures", [])
+def smoke_figures_block(results: Results) -> List[str]:
+    """README / getting started: the smoke run's end line and times, from bench/results/smoke.json."""
+    return smoke_figures.smoke_lines(smoke_figures.load())
+
+
+@block("cifar100-dinov2-cpu", [])
+def cifar100_dinov2_cpu(results: Results) -> List[str]:
+    """docs/results.md: no committed result of that config; the nearest regime's rows (cifar100_cpu.json)."""
+    return smoke_figures.dinov2_cpu_lines(real_data_cpu.load_rows(smoke_figures.FIRST_REGIME.with_suffix("")))
 
 
 def typographic(line: str) -> str:

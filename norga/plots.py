@@ -18,12 +18,16 @@ into ``run_dir/plots/``:
 Figures are drawn on ``matplotlib.figure.Figure`` with the Agg canvas (never
 pyplot: no GUI backend, no global state) and written atomically (temp file +
 rename). A plot that fails emits a ``RuntimeWarning`` and the others are still
-written: plotting never stops a run. ``comparison_figure`` is the figure of
+written: plotting never stops a run. ``comparison_figure`` (``norga.plot_compare``) is the figure of
 ``norga.summarize``.
+
+Scales are fitted to the data (``norga.plot_scales.data_limits``): the matrices' colour scale spans their
+finite cells (a 94–100 % matrix is not one yellow block), cells are labelled to 0.1 %, and the curves'
+y axes span their points; the colour bar or axis label names the range ("scale 93.4–100.0, fitted to the
+data"), so a small spread is never read as a large one.
 """
 from __future__ import annotations
 
-import io
 import json
 import logging
 import math
@@ -32,27 +36,14 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from .files import atomic_write_bytes
+from .plot_compare import comparison_figure  # noqa: F401 - the figure of norga.summarize, importable from here
+from .plot_scales import data_limits, figure as _figure, save_png, scale_label
 from .toolkit.epochlog import read_epoch_log
 
 PLOT_DIR = "plots"
-
-
-def _figure(width: float, height: float) -> Figure:
-    fig = Figure(figsize=(width, height), dpi=100, layout="constrained")
-    FigureCanvasAgg(fig)
-    return fig
-
-
-def save_png(fig: Figure, path: Path) -> Path:
-    """Render ``fig`` to PNG bytes and write them atomically to ``path``."""
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png")
-    atomic_write_bytes(Path(path), buffer.getvalue())
-    return Path(path)
+CURVE_BOUNDS = (-1.0, 101.0)  # % : a curve's axis may pass 0 and 100 by a point so markers there stay whole
 
 
 def percent_matrix(rows: Optional[Sequence[Sequence[Optional[float]]]], done: int) -> np.ndarray:
@@ -73,20 +64,22 @@ def running_average(S: np.ndarray) -> np.ndarray:
 
 
 def _heatmap(ax, S: np.ndarray, title: str) -> None:
-    image = ax.imshow(np.ma.masked_invalid(S), vmin=0, vmax=100, cmap="viridis")
+    """S in % on a colour scale fitted to its finite cells (colour bar shows the scale), labels to 0.1 %."""
+    low, high = data_limits(S)
+    image = ax.imshow(np.ma.masked_invalid(S), vmin=low, vmax=high, cmap="viridis")
     T = S.shape[0]
     if T <= 12:
         for i in range(T):
             for t in range(T):
                 if np.isfinite(S[i, t]):
-                    ax.text(t, i, f"{S[i, t]:.0f}", ha="center", va="center", fontsize=8,
-                            color="white" if S[i, t] < 60 else "black")
+                    ax.text(t, i, f"{S[i, t]:.1f}", ha="center", va="center", fontsize=8 if T <= 6 else 6,
+                            color="white" if S[i, t] < (low + high) / 2 else "black")
     ax.set_title(title)
     ax.set_xlabel("after learning task t")
     ax.set_ylabel("accuracy on task i")
     ax.set_xticks(range(T))
     ax.set_yticks(range(T))
-    ax.figure.colorbar(image, ax=ax, shrink=0.8, label="%")
+    ax.figure.colorbar(image, ax=ax, shrink=0.8, label=scale_label(low, high))
 
 
 def plot_acc_matrix(metrics: dict, records: List[dict]) -> Figure:
@@ -103,17 +96,19 @@ def plot_average_accuracy(metrics: dict, records: List[dict]) -> Figure:
     steps = np.arange(done)
     fig = _figure(6, 4)
     ax = fig.subplots()
-    ax.plot(steps, running_average(percent_matrix(metrics["acc_matrix"], done)), "o-", label="A_t (CIL)")
-    if metrics.get("til_acc_matrix"):
-        ax.plot(steps, running_average(percent_matrix(metrics["til_acc_matrix"], done)), "s--",
-                label="A_t (TIL, true task id)")
-    if metrics.get("tii_acc_matrix"):
-        ax.plot(steps, running_average(percent_matrix(metrics["tii_acc_matrix"], done)), "^:",
-                label="TII accuracy (mean over tasks)")
-    ax.set(xlabel="after learning task t", ylabel="%", title="average accuracy over tasks seen", ylim=(0, 101))
+    curves = [("acc_matrix", "o-", "A_t (CIL)"), ("til_acc_matrix", "s--", "A_t (TIL, true task id)"),
+              ("tii_acc_matrix", "^:", "TII accuracy (mean over tasks)")]
+    drawn = []
+    for key, style, label in curves:
+        if metrics.get(key):
+            drawn.append(running_average(percent_matrix(metrics[key], done)))
+            ax.plot(steps, drawn[-1], style, label=label)
+    low, high = data_limits(np.concatenate(drawn), margin=0.1, min_span=2.0, bounds=CURVE_BOUNDS)
+    ax.set(xlabel="after learning task t", ylabel=scale_label(low, high).replace("scale", "axis"),
+           title="average accuracy over tasks seen", ylim=(low, high))
     ax.set_xticks(steps)
     ax.grid(alpha=0.3)
-    ax.legend(loc="lower left")
+    ax.legend(loc="best")
     return fig
 
 
@@ -124,12 +119,14 @@ def plot_task_curves(metrics: dict, records: List[dict]) -> Figure:
     ax = fig.subplots()
     for i in range(done):
         ax.plot(np.arange(i, done), S[i, i:], "o-", markersize=3, label=f"task {i}")
-    ax.set(xlabel="after learning task t", ylabel="accuracy on the task (%)", ylim=(0, 101),
+    low, high = data_limits(S, margin=0.1, min_span=2.0, bounds=CURVE_BOUNDS)
+    ax.set(xlabel="after learning task t", ylim=(low, high),
+           ylabel="accuracy on the task\n" + scale_label(low, high).replace("scale", "axis"),
            title="per-task accuracy (class-incremental)")
     ax.set_xticks(np.arange(done))
     ax.grid(alpha=0.3)
     if done <= 20:
-        ax.legend(fontsize=7, ncol=max(1, done // 10), loc="lower left")
+        ax.legend(fontsize=7, ncol=max(1, done // 10), loc="best")
     return fig
 
 
@@ -235,42 +232,3 @@ def _warn(message: str, log: Optional[logging.Logger]) -> None:
     warnings.warn(message, RuntimeWarning, stacklevel=3)
     if log is not None:
         log.warning(f"warning: {message}")
-
-
-def comparison_figure(path: Path, groups, metrics: Sequence[str], pair=None) -> Path:
-    """Groups side by side per metric: big dot = mean, error bar = 95% t interval, small dots = seeds (%).
-
-    ``groups``: objects with ``name``, ``runs`` (each with ``values()`` -> {metric: %}) and
-    ``estimates()`` -> {metric: Estimate}; ``pair`` = (seeds, {metric: Estimate}) adds a panel
-    of paired differences (first group − second) with their 95% intervals.
-    """
-    ncols = 3
-    nrows = math.ceil(len(metrics) / ncols) + (1 if pair else 0)
-    fig = _figure(4 * ncols, 3.2 * nrows)
-    grid = fig.add_gridspec(nrows, ncols)
-    colors = [f"C{k}" for k in range(len(groups))]
-    for m, metric in enumerate(metrics):
-        ax = fig.add_subplot(grid[m // ncols, m % ncols])
-        for k, g in enumerate(groups):
-            e = g.estimates()[metric]
-            err = None if math.isnan(e.low) else [[e.mean - e.low], [e.high - e.mean]]
-            ax.errorbar(k, e.mean, yerr=err, fmt="o", color=colors[k], markersize=8, capsize=8, linewidth=2)
-            dots = [r.values()[metric] for r in g.runs]
-            ax.plot(np.full(len(dots), k + 0.2), dots, ".", color="0.3", markersize=6)
-        ax.set_xlim(-0.5, len(groups) - 0.3)
-        ax.set_xticks(range(len(groups)), [g.name for g in groups], rotation=10, fontsize=8)
-        ax.set_title(f"{metric} (%)")
-        ax.grid(axis="y", alpha=0.3)
-    fig.suptitle("mean (large dot) with 95% t interval; small dots = single seeds")
-    if pair:
-        seeds, est = pair
-        ax = fig.add_subplot(grid[nrows - 1, :])
-        means = [est[m].mean for m in metrics]
-        lows = [0 if math.isnan(est[m].low) else est[m].mean - est[m].low for m in metrics]
-        highs = [0 if math.isnan(est[m].high) else est[m].high - est[m].mean for m in metrics]
-        ax.errorbar(range(len(metrics)), means, yerr=[lows, highs], fmt="o", capsize=6)
-        ax.axhline(0, color="grey", linewidth=0.8)
-        ax.set_xticks(range(len(metrics)), list(metrics))
-        ax.set_title(f"{groups[0].name} − {groups[1].name}, paired over seeds {seeds} (points, 95% CI)")
-        ax.grid(axis="y", alpha=0.3)
-    return save_png(fig, path)

@@ -16,9 +16,11 @@ over tasks of the final task-identity accuracy). Per group: mean, sample std
 differences paired by seed over the seeds both groups have.
 
 Prints Markdown; with ``--out DIR`` also writes ``summary.md``, ``summary.csv``
-(columns ``kind,group,run,metric,n,mean_pct,std_pct,ci95_low_pct,ci95_high_pct,seeds``;
-kind = run / group / paired) and ``comparison.png``. Exit status 0, or 2 with a
-message on stderr for unusable input.
+(columns ``kind,group,run,metric,n,mean_pct,std_pct,ci95_low_pct,ci95_high_pct,seeds,ci95_clipped``;
+kind = run / group / paired) and ``comparison.png``. An interval reaching past what its metric can take
+(accuracies [0, 100] %, FM, BWT and differences [−100, 100] points; the t interval can, with few seeds) is
+shown clipped to it, marked † with the unclipped interval in a note (``ci95_clipped`` = 1 in the CSV).
+Exit status 0, or 2 with a message on stderr for unusable input.
 """
 from __future__ import annotations
 
@@ -35,7 +37,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import yaml
 
-from .summary_stats import Estimate, describe, paired
+from .summary_stats import BOUNDS, CLIPPED, DIFFERENCE_BOUNDS, Estimate, clip_note, describe, paired, shown_interval
 
 METRICS: Tuple[str, ...] = ("FA", "CA", "FM", "BWT", "TIL FA", "TII acc")
 IGNORED_KEYS: Tuple[str, ...] = ("seed", "logging")  # never change what a run learns
@@ -161,12 +163,27 @@ def check_comparable(group: Group, ignore: Sequence[str]) -> None:
 
 
 def group_name(paths: Sequence[Path], fallback: str) -> str:
-    """Shared folder name with a trailing seed (``_s42``, ``-seed43``, ``_44``) removed, else ``fallback``."""
-    stems = {re.sub(r"[_-]?(s|seed)?\d+$", "", Path(p).resolve().name) for p in paths}
-    if len(stems) == 1 and "" not in stems:
-        return stems.pop()
-    prefix = re.sub(r"[_\-.]+$", "", _common_prefix([Path(p).resolve().name for p in paths]))
-    return prefix or fallback
+    """A group's name from its folders: the shared folder name with a trailing seed (``_s42``, ``-seed43``,
+    ``_44``) removed; for folders named by the seed only (``runs/norga/s42``) the shared parent folder; else
+    the folders' common prefix; else the first folder's name and how many more (``alpha +1 more``), never a
+    bare letter unless no folder has a name (then ``fallback``)."""
+    resolved = [Path(p).resolve() for p in paths]
+    stems = [_seedless(p.name) for p in resolved]
+    if set(stems) == {""}:
+        parents = {_seedless(p.parent.name) for p in resolved}
+        if len(parents) == 1 and "" not in parents:
+            return parents.pop()
+    elif len(set(stems)) == 1:
+        return stems[0]
+    prefix = re.sub(r"[_\-.]+$", "", _common_prefix([p.name for p in resolved])) if any(stems) else ""
+    if prefix:
+        return prefix
+    first = (stems[0] or resolved[0].name) if resolved else ""
+    return (f"{first} +{len(resolved) - 1} more" if len(resolved) > 1 else first) if first else fallback
+
+
+def _seedless(name: str) -> str:
+    return re.sub(r"[_-]?(s|seed)?\d+$", "", name)
 
 
 def _common_prefix(names: Sequence[str]) -> str:
@@ -222,12 +239,17 @@ def runs_table(groups: Sequence[Group]) -> List[str]:
     return lines
 
 
-def estimate_table(estimates: Dict[str, Estimate], mean_label: str = "mean") -> List[str]:
+def estimate_table(estimates: Dict[str, Estimate], mean_label: str = "mean", difference: bool = False) -> List[str]:
+    """Markdown rows per metric; an interval clipped to the metric's range is marked † and explained below."""
     lines = [f"| metric | n | {mean_label} | std | 95% CI |", "|---|---|---|---|---|"]
+    clipped = {}
     for k in METRICS:
-        e = estimates[k]
-        lines.append(f"| {k} | {e.n} | {_num(e.mean)} | {_num(e.std)} | {_interval(e)} |")
-    return lines
+        e, was_clipped = shown_interval(estimates[k], k, difference)
+        if was_clipped:
+            clipped[k] = (estimates[k], e)
+        mark = f" {CLIPPED}" if was_clipped else ""
+        lines.append(f"| {k} | {e.n} | {_num(e.mean)} | {_num(e.std)} | {_interval(e)}{mark} |")
+    return lines + (["", clip_note(clipped, difference)] if clipped else [])
 
 
 def paired_estimates(a: Group, b: Group) -> Tuple[List[int], Dict[str, Estimate]]:
@@ -255,7 +277,7 @@ def markdown(groups: Sequence[Group], pair: Optional[Tuple[List[int], Dict[str, 
         if between:
             lines += ["Configs differ in: " + ", ".join(f"{k} ({vals[0]!r} vs {vals[-1]!r})"
                                                          for k, vals in between.items()), ""]
-        lines += estimate_table(est, "mean diff") + [""]
+        lines += estimate_table(est, "mean diff", difference=True) + [""]
     excluded = [(g.name, p, why) for g in groups for p, why in g.excluded]
     if excluded:
         lines += ["## Excluded runs", ""] + [f"- {p} ({name}): {why}" for name, p, why in excluded] + [""]
@@ -266,21 +288,23 @@ def csv_text(groups: Sequence[Group], pair: Optional[Tuple[List[int], Dict[str, 
     out = io.StringIO()
     w = csv.writer(out)
     w.writerow(["kind", "group", "run", "metric", "n", "mean_pct", "std_pct", "ci95_low_pct", "ci95_high_pct",
-                "seeds"])
+                "seeds", "ci95_clipped"])
     fmt = lambda x: "" if math.isnan(x) else f"{x:.6f}"
     for g in groups:
         for r in g.runs:
             for k, v in r.values().items():
-                w.writerow(["run", g.name, str(r.path), k, 1, fmt(v), "", "", "", r.seed])
-        for k, e in g.estimates().items():
+                w.writerow(["run", g.name, str(r.path), k, 1, fmt(v), "", "", "", r.seed, ""])
+        for k, raw in g.estimates().items():
+            e, clipped = shown_interval(raw, k)
             w.writerow(["group", g.name, "", k, e.n, fmt(e.mean), fmt(e.std), fmt(e.low), fmt(e.high),
-                        " ".join(map(str, g.seeds))])
+                        " ".join(map(str, g.seeds)), int(clipped)])
     if pair is not None:
         seeds, est = pair
         name = f"{groups[0].name} - {groups[1].name}"
-        for k, e in est.items():
+        for k, raw in est.items():
+            e, clipped = shown_interval(raw, k, difference=True)
             w.writerow(["paired", name, "", k, e.n, fmt(e.mean), fmt(e.std), fmt(e.low), fmt(e.high),
-                        " ".join(map(str, seeds))])
+                        " ".join(map(str, seeds)), int(clipped)])
     return out.getvalue()
 
 
@@ -310,7 +334,7 @@ def write_outputs(out: Path, groups: Sequence[Group], pair, text: str) -> List[P
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(out / "summary.md", (text + "\n").encode("utf-8"))
     atomic_write_bytes(out / "summary.csv", csv_text(groups, pair).encode("utf-8"))
-    comparison_figure(out / "comparison.png", groups, METRICS, pair)
+    comparison_figure(out / "comparison.png", groups, METRICS, pair, BOUNDS, DIFFERENCE_BOUNDS)
     return [out / "summary.md", out / "summary.csv", out / "comparison.png"]
 
 

@@ -10,8 +10,8 @@ Units are whatever the inputs are in (the summaries use percentage points).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Hashable, List, Mapping, Sequence, Tuple
+from dataclasses import dataclass, replace
+from typing import Dict, Hashable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 from scipy import stats
@@ -47,6 +47,39 @@ def paired(a: Mapping[Hashable, float], b: Mapping[Hashable, float],
     if not common:
         raise ValueError("no common seed between the two groups: paired differences need matching seeds")
     return common, describe([a[s] - b[s] for s in common], confidence)
+
+
+def clip_interval(e: Estimate, bounds: Optional[Tuple[float, float]]) -> Tuple[Estimate, bool]:
+    """(``e`` with its interval clipped to ``bounds``, whether it was clipped). The t interval assumes normal
+    values, so with few seeds it can reach past what the metric can take (an accuracy above 100 %); the
+    clipped interval is what the data allow. Mean and std are kept; ``bounds`` None or no interval: unchanged."""
+    if bounds is None or math.isnan(e.low):
+        return e, False
+    low, high = max(e.low, bounds[0]), min(e.high, bounds[1])
+    return replace(e, low=low, high=high), (low, high) != (e.low, e.high)
+
+
+# What each metric can take, in % (points): the t interval assumes normal values and with few seeds it can reach
+# past these (FA 99 and 100 over 2 seeds: [93.2, 105.8]); norga summarize's tables, CSV and figure show it clipped,
+# with a note. Keys are norga.summarize.METRICS.
+BOUNDS: Dict[str, Tuple[float, float]] = {"FA": (0.0, 100.0), "CA": (0.0, 100.0), "TIL FA": (0.0, 100.0),
+                                          "TII acc": (0.0, 100.0), "FM": (-100.0, 100.0), "BWT": (-100.0, 100.0)}
+DIFFERENCE_BOUNDS = (-100.0, 100.0)  # a paired difference of two percentages
+CLIPPED = "†"
+
+
+def shown_interval(e: Estimate, metric: str, difference: bool = False) -> Tuple[Estimate, bool]:
+    """The estimate with its interval clipped to what ``metric`` (or a difference) can take, and whether it was."""
+    return clip_interval(e, DIFFERENCE_BOUNDS if difference else BOUNDS.get(metric))
+
+
+def clip_note(clipped: Dict[str, Tuple[Estimate, Estimate]], difference: bool = False) -> str:
+    """The footnote of a table whose intervals were clipped: each metric's t interval and why it was clipped."""
+    what = "a difference of two percentages lies in [−100, 100]" if difference else \
+        "accuracies lie in [0, 100] %, FM and BWT in [−100, 100] points"
+    raw = "; ".join(f"{k} [{e.low:.2f}, {e.high:.2f}]" for k, (e, _) in clipped.items())
+    return (f"{CLIPPED} clipped: the Student-t interval assumes normally distributed values and with few seeds "
+            f"reaches past what the metric can take ({what}); unclipped: {raw}.")
 
 
 def difference_text(e: Estimate) -> str:

@@ -20,7 +20,7 @@ LAYERS: List[List[str]] = [
     ["norga.models"],
     ["norga.toolkit"],  # what methods are built from
     ["norga.methods"],
-    ["norga.plots", "norga.summarize"],  # reports of runs
+    ["norga.plots", "norga.plot_scales", "norga.plot_compare", "norga.summarize"],  # reports of runs
     ["norga.engine"],  # the task loop and everything about a run, above the methods
     ["norga.cli", "norga.__main__", "norga.config_reference"],  # commands (the reference reads every registry)
     ["norga.theory"],  # stand-alone numerical checks of the papers (they use the real gates)

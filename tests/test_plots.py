@@ -90,6 +90,49 @@ def test_matrix_helpers_by_hand():
     assert percent_matrix(METRICS["acc_matrix"], 2).shape == (2, 2)  # leading block of completed tasks
 
 
+SMOKE_LIKE = {  # the smoke run's matrices (94-100 %): on a 0-100 scale every cell is the same colour
+    "completed_tasks": 3, "num_tasks": 3,
+    "acc_matrix": [[0.965, 0.94, 0.975], [None, 0.975, 0.965], [None, None, 1.0]],
+    "til_acc_matrix": [[0.965, 0.96, 0.98], [None, 1.0, 1.0], [None, None, 1.0]],
+    "tii_acc_matrix": [[1.0, 0.99, 1.0], [None, 0.93, 0.965], [None, None, 1.0]],
+}
+
+
+def test_data_limits_fit_the_finite_values_inside_the_percent_range():
+    from norga.plot_scales import data_limits
+
+    assert data_limits([94.0, 100.0, np.nan]) == pytest.approx((93.4, 100.0))  # padded, moved below 100
+    assert data_limits([40.0, 60.0]) == pytest.approx((39.0, 61.0))  # 5 % of the span each side
+    assert data_limits([50.0, 50.0]) == pytest.approx((49.45, 50.55))  # widened to 1 point, then padded
+    assert data_limits([0.0, 0.2]) == pytest.approx((0.0, 1.1))  # moved above 0, width kept
+    assert data_limits([np.nan]) == (0.0, 100.0)
+
+
+def test_matrix_colour_scale_fits_the_data_with_one_decimal_labels():
+    fig = plots.plot_acc_matrix(SMOKE_LIKE, [])
+    cil, til = (ax for ax in fig.axes if ax.images)
+    assert cil.images[0].get_clim() == pytest.approx((93.4, 100.0))  # not (0, 100)
+    assert til.images[0].get_clim() == pytest.approx((95.6, 100.0))  # 96..100: span 4, 0.2 pad, moved below 100
+    labels = sorted(t.get_text() for t in cil.texts)
+    assert labels == ["100.0", "94.0", "96.5", "96.5", "97.5", "97.5"]
+    colour_bars = [ax for ax in fig.axes if not ax.images and "scale" in ax.get_ylabel()]
+    assert [ax.get_ylabel() for ax in colour_bars] == ["% (scale 93.4–100.0, fitted to the data)",
+                                                      "% (scale 95.6–100.0, fitted to the data)"]
+
+
+def test_average_and_task_curves_use_an_axis_fitted_to_the_points():
+    ax = plots.plot_average_accuracy(SMOKE_LIKE, []).axes[0]
+    points = np.concatenate([line.get_ydata() for line in ax.lines])
+    assert points.min() == pytest.approx(95.75) and points.max() == pytest.approx(100.0)  # CIL A_1, TII A_0
+    low, high = ax.get_ylim()
+    assert low == pytest.approx(95.325) and high == pytest.approx(100.425)  # span 4.25, 10 % pad (up to 101)
+    assert "axis 95.3–100.4, fitted to the data" in ax.get_ylabel()
+    curves = plots.plot_task_curves(SMOKE_LIKE, []).axes[0]
+    assert curves.get_ylim() == pytest.approx((93.4, 100.6))  # 94..100, 10 % pad
+    wide = plots.plot_average_accuracy(METRICS, []).axes[0].get_ylim()
+    assert wide == pytest.approx((44.0 + 1.0, 101.0))  # 53.3..100: 4.67 pad each side, moved below 101
+
+
 def test_loss_series_counts_epochs_over_tasks():
     series = plots._stage_series(hand_records(), "wtp")
     assert sorted(series) == ["ce", "loss", "reg"]  # lr, steps, alpha, elapsed, time are not losses

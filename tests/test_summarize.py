@@ -147,7 +147,43 @@ def test_repeated_seed_and_no_common_seed_are_refused(runs, tmp_path, capsys):
 def test_group_names_from_folders():
     assert group_name([Path("runs/c100_norga_s42"), Path("runs/c100_norga_s43")], "A") == "c100_norga"
     assert group_name([Path("x/norga-seed1"), Path("x/norga-seed2")], "A") == "norga"
-    assert group_name([Path("x/alpha1"), Path("x/beta2")], "A") == "A"
+    assert group_name([Path("x/alpha1"), Path("x/beta2")], "A") == "alpha +1 more"  # nothing shared: not 'A'
+    assert group_name([Path("x/alpha1"), Path("x/beta2"), Path("x/gamma")], "A") == "alpha +2 more"
+    assert group_name([Path("runs/norga_tanh/s42"), Path("runs/norga_tanh/s43")], "A") == "norga_tanh"  # parent
+    assert group_name([Path("a/s42"), Path("b/s43")], "A") == "s42 +1 more"  # seed-only names, other parents
+    assert group_name([Path("x/solo")], "A") == "solo"
+
+
+def test_a_group_of_unrelated_folders_is_named_after_them_in_the_output(runs, tmp_path, capsys):
+    a = runs[0]
+    renamed = [a[0].rename(tmp_path / "first_try"), a[1].rename(tmp_path / "rerun")]
+    code, text, _ = run_main(renamed, capsys)
+    assert code == 0 and "## first_try +1 more" in text and "## A" not in text
+
+
+def test_intervals_past_the_metric_range_are_clipped_and_explained(tmp_path, capsys):
+    """2 seeds, FA 99 and 100: the t interval 99.5 ± 12.706 · 0.7071 / √2 = [93.15, 105.85] leaves [0, 100]."""
+    a = [make_run(tmp_path, "hi_s1", 1, 0.99, 0.99, 0.00, 0.00, 0.99, [1.0, 1.0, 1.0]),
+         make_run(tmp_path, "hi_s2", 2, 1.00, 1.00, 0.01, -0.02, 1.00, [1.0, 1.0, 0.97])]
+    b = [make_run(tmp_path, "lo_s1", 1, 0.01, 0.02, 0.90, -0.90, 0.05, [0.0, 0.0, 0.0]),
+         make_run(tmp_path, "lo_s2", 2, 0.00, 0.00, 0.99, -0.99, 0.00, [0.0, 0.0, 0.0])]
+    out = tmp_path / "summary"
+    code, text, _ = run_main([*a, "--vs", *b, "--out", out], capsys)
+    assert code == 0
+    half = T975_DF1 * 0.5  # std of (99, 100) = 0.7071 = 1/√2, divided by √2
+    g = rows(out, "group", "hi")
+    assert float(g["FA"]["ci95_low_pct"]) == pytest.approx(99.5 - half)
+    assert float(g["FA"]["ci95_high_pct"]) == 100.0 and g["FA"]["ci95_clipped"] == "1"
+    assert f"| FA | 2 | 99.50 | 0.71 | [{99.5 - half:.2f}, 100.00] † |" in text
+    assert f"unclipped: FA [{99.5 - half:.2f}, {99.5 + half:.2f}]" in text  # the note gives the t interval
+    low = rows(out, "group", "lo")
+    assert float(low["FA"]["ci95_low_pct"]) == 0.0 and low["FA"]["ci95_clipped"] == "1"
+    assert float(low["FM"]["ci95_high_pct"]) == 100.0  # FM 90, 99: 94.5 + 57.2 clipped to 100 points
+    assert low["BWT"]["ci95_clipped"] == "1" and float(low["BWT"]["ci95_low_pct"]) == -100.0
+    assert g["BWT"]["ci95_clipped"] == "0"  # -1 ± 12.71 is inside [-100, 100]: not touched
+    p = rows(out, "paired")
+    assert float(p["FA"]["ci95_high_pct"]) == 100.0 and p["FA"]["ci95_clipped"] == "1"  # 98.5 ± 12.7 · 0.71
+    assert "a difference of two percentages lies in [−100, 100]" in text
 
 
 def test_module_entry_point(runs):
@@ -156,3 +192,18 @@ def test_module_entry_point(runs):
                             text=True, env=env, timeout=120)
     assert result.returncode == 0, result.stderr
     assert "FA 60.00 ± 10.00" in result.stdout
+
+
+def test_the_figure_draws_the_clipped_interval(tmp_path, capsys, monkeypatch):
+    import numpy as np
+
+    from norga import plot_compare
+
+    drawn = {}
+    monkeypatch.setattr(plot_compare, "save_png", lambda fig, path: drawn.setdefault("fig", fig) and path)
+    a = [make_run(tmp_path, "hi_s1", 1, 0.99, 0.99, 0.00, 0.00, 0.99, [1.0, 1.0, 1.0]),
+         make_run(tmp_path, "hi_s2", 2, 1.00, 1.00, 0.01, -0.02, 1.00, [1.0, 1.0, 0.97])]
+    assert run_main([*a, "--out", tmp_path / "out"], capsys)[0] == 0
+    fa = next(ax for ax in drawn["fig"].axes if ax.get_title() == "FA (%)")
+    bar_ends = np.concatenate([np.ravel(seg)[1::2] for c in fa.collections for seg in c.get_segments()])
+    assert bar_ends.max() == pytest.approx(100.0) and bar_ends.min() == pytest.approx(99.5 - T975_DF1 * 0.5)
