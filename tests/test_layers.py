@@ -14,15 +14,16 @@ PACKAGE = Path(__file__).resolve().parents[1] / "norga"
 
 # Lowest first. A module may import modules of its own layer or of lower layers only.
 LAYERS: List[List[str]] = [
-    ["norga", "norga.errors", "norga.registry", "norga.files", "norga.config", "norga.metrics",
-     "norga.summary_stats", "norga.fidelity"],  # foundation: torch-free
+    ["norga", "norga._version", "norga.errors", "norga.registry", "norga.files", "norga.config", "norga.metrics",
+     "norga.summary_stats", "norga.fidelity", "norga.environment",
+     "norga.guard"],  # foundation: torch-free
     ["norga.data"],
     ["norga.models"],
     ["norga.toolkit"],  # what methods are built from
     ["norga.methods"],
-    ["norga.plots", "norga.plot_scales", "norga.plot_compare", "norga.summarize"],  # reports of runs
+    ["norga.plots", "norga.plot_scales", "norga.plot_compare", "norga.summary_runs", "norga.summarize"],  # reports
     ["norga.engine"],  # the task loop and everything about a run, above the methods
-    ["norga.cli", "norga.__main__", "norga.config_reference"],  # commands (the reference reads every registry)
+    ["norga.cli", "norga.__main__", "norga.config_reference", "norga.preflight", "norga.data_command"],  # commands (the reference reads every registry)
     ["norga.theory"],  # stand-alone numerical checks of the papers (they use the real gates)
 ]
 

@@ -67,8 +67,7 @@ register_preparer = registrar(PREPARERS, "data preparer")  # register_preparer(n
 
 
 def get_preparer(benchmark: str) -> Preparer:
-    from . import preparers  # noqa: F401  (registers the shipped preparers)
-
+    """The registered preparer of ``benchmark`` (the shipped ones register when ``norga.data`` is imported)."""
     if benchmark not in PREPARERS:
         raise DataError(f"norga data prepare: no preparer for {benchmark!r}; available: {sorted(PREPARERS)}")
     return PREPARERS[benchmark]

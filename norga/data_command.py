@@ -13,7 +13,7 @@ import re
 import sys
 from typing import Dict, List, Sequence
 
-from .sources import DataError
+from .data.sources import DataError
 
 HEX64 = re.compile(r"^[0-9a-fA-F]{64}$")
 
@@ -51,7 +51,7 @@ def parse_sha256(values: Sequence[str]) -> Dict[str, str]:
 
 def list_lines() -> List[str]:
     """Each benchmark with a preparer and its files (name, checksum, source)."""
-    from .prepare import PREPARERS, get_preparer
+    from .data.prepare import PREPARERS, get_preparer
 
     get_preparer("cifar100")  # registers the shipped preparers
     lines = []
@@ -63,8 +63,8 @@ def list_lines() -> List[str]:
 
 def run(args) -> int:
     """The ``norga data`` command after parsing; DataError for anything the user can fix."""
-    from .check import MAX_LISTED, check_benchmark
-    from .prepare import prepare
+    from .data.check import MAX_LISTED, check_benchmark
+    from .data.prepare import prepare
 
     if args.command == "list":
         print("\n".join(list_lines()))
@@ -90,7 +90,7 @@ def run(args) -> int:
 
 def data_main(argv: Sequence[str]) -> int:
     """Entry point of ``norga data``: one ``error:`` line and exit status 2 for a problem the user can fix."""
-    from ..cli import guarded
+    from .guard import guarded
 
     args = _parser().parse_args(list(argv))
     return guarded(lambda: run(args), lambda: "nothing is half-extracted; run the same command again")
