@@ -1,0 +1,168 @@
+"""``norga reproduce``: the paper's tables from the manifest, in one command (docs/reproduce.md).
+
+    norga reproduce --table 1 --rows sup21k --out runs/repro --dry-run   # runs, commands, estimated time/memory
+    norga reproduce --table 1 --rows sup21k --out runs/repro --set amp=bf16   # run what is missing, then report
+    norga reproduce --table 1 --out runs/repro --report                  # the report alone, from the run folders
+    norga reproduce --table 1 --shard 0/4 --out runs/repro               # this machine's quarter of the grid
+    norga reproduce --table 1 --print-commands [--nproc 8]               # one norga train / torchrun line per run
+    norga reproduce --quick-gpu [--dry-run]                              # the 30-minute GPU check
+
+Writes ``OUT/reproduce.md`` and ``OUT/reproduce.json`` after running (or with ``--report``). Exit status 0; 2 for
+unusable input or runs that stopped on an error; 3 when a run diverged.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Optional, Sequence
+
+from ..errors import DIVERGED_EXIT
+from . import estimate as est
+from .manifest import DEFAULT_MANIFEST, QUICK_MANIFEST, ManifestError, load_manifest, parse_shard, select
+from .report import aggregate, markdown, write_report
+from .runner import check_configs, expand, parse_weights, run_all
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="norga reproduce", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n")[1])
+    p.add_argument("--manifest", type=Path, default=None, help=f"default {DEFAULT_MANIFEST} ({QUICK_MANIFEST} with "
+                   "--quick-gpu); relative paths are tried from the current folder, then from the repository")
+    p.add_argument("--table", type=int, default=None, help="the paper's table (1 or 2; default: all)")
+    p.add_argument("--rows", nargs="+", default=[], metavar="ROW", help="backbone rows, e.g. sup21k ibot21k")
+    p.add_argument("--only", nargs="+", default=[], metavar="NAME",
+                   help="methods (norga hideprompt ...), benchmarks (cifar100 ...) or cell-id patterns (t1-cifar100-*)")
+    p.add_argument("--shard", default=None, metavar="I/N", help="run shard I of N (0-based) of the selected cells")
+    p.add_argument("--seeds", type=int, default=None, metavar="K", help="only the first K seeds of every cell")
+    p.add_argument("--out", type=Path, default=None, help="folder of the run folders and the report "
+                   "(default runs/reproduce, runs/quick_gpu with --quick-gpu)")
+    p.add_argument("--set", dest="extra", action="append", default=[], metavar="KEY=VALUE",
+                   help="override for every run, e.g. --set device=cuda --set amp=bf16 (repeatable)")
+    p.add_argument("--weights", action="append", default=[], metavar="ROW=PATH",
+                   help="local checkpoint of a backbone row, e.g. ibot21k=weights/ibot_vitb16.pth (repeatable)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--dry-run", action="store_true", help="list the runs with status and estimated time/memory")
+    mode.add_argument("--report", action="store_true", help="only (re)write the report from the run folders")
+    mode.add_argument("--print-commands", action="store_true", help="print one norga train command per run")
+    p.add_argument("--nproc", type=int, default=1, help="with --print-commands: torchrun processes per run")
+    p.add_argument("--no-estimate", action="store_true", help="--dry-run without the timing measurement")
+    p.add_argument("--quick-gpu", action="store_true", help="the 30-minute GPU check (configs/reproduce/quick_gpu.yaml)")
+    return p
+
+
+def manifest_path(args) -> Path:
+    """The manifest file: as given (from the current folder, else the repository), or the default."""
+    given = args.manifest or (QUICK_MANIFEST if args.quick_gpu else DEFAULT_MANIFEST)
+    if given.is_file() or given.is_absolute():
+        return given
+    return REPO / given if (REPO / given).is_file() else given
+
+
+def dry_run(cells, runs, configs, manifest, measure: bool) -> None:
+    """Print every selected cell (not runnable ones with the reason): its command, its runs' status, estimate."""
+    rates, total, by_cell = {}, 0.0, {}
+    for run, cfg in zip(runs, configs):
+        by_cell.setdefault(run.cell.id, []).append((run, cfg))
+    for cell in cells:
+        print(f"{cell.id}  [{cell.source}]" + (f"  note: {cell.note}" if cell.note else ""))
+        if not cell.runnable:
+            print(f"    not runnable: {cell.missing}")
+            continue
+        cell_runs = by_cell.get(cell.id, [])
+        if not cell_runs:
+            continue
+        run, cfg = cell_runs[0]
+        key = est.rate_key(cfg)
+        if measure and key not in rates:
+            rates[key] = est.measure_rates(cfg)
+        e = est.estimate(est.workload(cfg, manifest.benchmarks.get(cell.benchmark)), rates.get(key))
+        total += (e["seconds"] or 0.0) * len(cell_runs)
+        states = ", ".join(f"{r.seed} {r.status()}" for r, _ in cell_runs)
+        print(f"    seeds: {states}; est. {est.human_seconds(e['seconds'])} and peak memory {e['peak_mib'] or '?'} per run")
+        print(f"    $ {run.command()}")
+    runnable = sum(c.runnable for c in cells)
+    print(f"{len(cells)} cells ({runnable} runnable, {len(cells) - runnable} not), {len(runs)} runs; estimated total "
+          + (f"{est.human_seconds(total)} on {', '.join(sorted({r.device + ' amp ' + r.amp for r in rates.values()}))}"
+             if rates else "? (--no-estimate)"))
+    if rates:
+        print("estimates, not measurements: each config's backbone passes x the images/s of a short timed "
+              "forward/backward on this device; memory: the training step's peak at the measurement batch")
+
+
+def execute(args, cells, runs, out: Path, title: str) -> int:
+    """Run the missing runs, then write the report (rank 0); the exit status."""
+    quick_records = {}
+
+    def log(line: str) -> None:
+        if os.environ.get("RANK", "0") == "0":
+            print(line, flush=True)
+
+    failures = run_all(runs, log)
+    if args.quick_gpu:
+        from .quick import peak_memory_mib, stage_timings
+
+        quick_records = {f"{r.cell.id}/seed{r.seed}": {"stages": stage_timings(r.folder, r.config()),
+                                                       "peak_mib": peak_memory_mib(reset=False)} for r in runs}
+    if os.environ.get("RANK", "0") == "0":
+        report(cells, out, title, quick_records)
+    if any(diverged for _, _, diverged in failures):
+        return DIVERGED_EXIT
+    return 2 if failures else 0
+
+
+def report(cells, out: Path, title: str, quick_records: Optional[dict] = None) -> None:
+    rows = aggregate(cells, out)
+    paths = write_report(rows, out, title, {"quick_gpu": quick_records} if quick_records else None)
+    if quick_records:
+        from .quick import timing_lines
+
+        with open(paths[0], "a") as f:
+            f.write(timing_lines(quick_records))
+    print("\n".join(line for line in markdown(rows, title, out).splitlines() if line.startswith("|")))
+    print(f"-> {paths[0]}, {paths[1]}")
+
+
+def run(args) -> int:
+    manifest = load_manifest(manifest_path(args))
+    cells = select(manifest, args.table, args.rows, args.only, parse_shard(args.shard))
+    if not cells:
+        raise ManifestError("the selection (--table/--rows/--only/--shard) leaves no cell")
+    out = args.out or Path("runs") / ("quick_gpu" if args.quick_gpu else "reproduce")
+    title = ("Quick GPU check" if args.quick_gpu else f"Reproduction of {manifest.paper}") + \
+        (f", Table {args.table}" if args.table else "")
+    runs = expand(cells, out, args.extra, parse_weights(args.weights, manifest.backbones), args.seeds)
+    if args.report:
+        report(cells, out, title)
+        return 0
+    configs = check_configs(runs)  # torch-free: every config mistake before anything runs
+    if args.print_commands:
+        for run_ in runs:
+            print(f"{run_.command(args.nproc)}   # {run_.status()}")
+        return 0
+    if args.dry_run:
+        if not args.no_estimate and runs:
+            from ..environment import check_environment
+
+            check_environment()
+        dry_run(cells, runs, configs, manifest, measure=not args.no_estimate)
+        return 0
+    from ..environment import check_environment
+
+    check_environment()
+    return execute(args, cells, runs, out, title)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point of ``norga reproduce`` (one ``error:`` line and exit 2 for unusable input)."""
+    from ..cli import guarded
+
+    args = parser().parse_args(list(argv or []))
+    return guarded(lambda: run(args), lambda: "finished runs are kept; run the same command again to resume")
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
