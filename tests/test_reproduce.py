@@ -188,3 +188,20 @@ def test_print_commands_and_bad_input(tmp_path):
     bad = reproduce("--table", "1", "--rows", "sup22k", "--dry-run")
     assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
         "error: unknown row 'sup22k'; valid: dino1k, ibot1k, ibot21k, moco1k, sup21k"]
+
+
+def test_quick_check_stage_timings(tmp_path):
+    """Per-stage seconds from consecutive epoch-log lines, images/s = steps x the stage's batch / seconds."""
+    from norga.config import load_config
+    from norga.reproduce.quick import stage_timings, timing_lines
+
+    lines = [{"stage": "tii", "task": 0, "epoch": 0, "time": 100.0, "steps": 2},
+             {"stage": "wtp", "task": 0, "epoch": 0, "time": 104.0, "steps": 4},
+             {"stage": "wtp", "task": 0, "epoch": 1, "time": 106.0, "steps": 4}]
+    (tmp_path / "epochs.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    cfg = load_config(REPO / "configs" / "smoke.yaml")  # wtp batch 64
+    stages = stage_timings(tmp_path, cfg)
+    assert stages["wtp"] == {"seconds": 6.0, "steps": 8, "img_s": pytest.approx(8 * 64 / 6.0)}
+    assert stages["tii"]["seconds"] == 0.0 and stages["tii"]["img_s"] is None
+    text = timing_lines({"runs": {"r/seed0": {"stages": stages, "peak_mib": "n/a (CPU)"}}, "passes_img_s": None})
+    assert "| r/seed0 | wtp | 6.0 | 8 | 85 | n/a (CPU) |" in text

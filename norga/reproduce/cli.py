@@ -94,34 +94,45 @@ def dry_run(cells, runs, configs, manifest, measure: bool) -> None:
 
 
 def execute(args, cells, runs, out: Path, title: str) -> int:
-    """Run the missing runs, then write the report (rank 0); the exit status."""
-    quick_records = {}
+    """Run the missing runs, then write the report (rank 0); the exit status. With --quick-gpu each run's
+    per-stage timings and peak memory, and the measured images/s of the three backbone passes, go in too."""
+    main_process = os.environ.get("RANK", "0") == "0"
 
     def log(line: str) -> None:
-        if os.environ.get("RANK", "0") == "0":
+        if main_process:
             print(line, flush=True)
 
-    failures = run_all(runs, log)
-    if args.quick_gpu:
+    if not args.quick_gpu:
+        failures = run_all(runs, log)
+        quick = None
+    else:
         from .quick import peak_memory_mib, stage_timings
 
-        quick_records = {f"{r.cell.id}/seed{r.seed}": {"stages": stage_timings(r.folder, r.config()),
-                                                       "peak_mib": peak_memory_mib(reset=False)} for r in runs}
-    if os.environ.get("RANK", "0") == "0":
-        report(cells, out, title, quick_records)
+        failures, quick = [], {"runs": {}}
+        peak_memory_mib(reset=True)
+        for run_ in runs:
+            failures += run_all([run_], log)
+            quick["runs"][f"{run_.cell.id}/seed{run_.seed}"] = {
+                "stages": stage_timings(run_.folder, run_.config()), "peak_mib": peak_memory_mib(reset=True)}
+        rates = est.measure_rates(runs[0].config()) if runs else None
+        quick["passes_img_s"] = rates.__dict__ if rates else None
+    if main_process:
+        report(cells, out, title, quick, args.seeds)
     if any(diverged for _, _, diverged in failures):
         return DIVERGED_EXIT
     return 2 if failures else 0
 
 
-def report(cells, out: Path, title: str, quick_records: Optional[dict] = None) -> None:
-    rows = aggregate(cells, out)
+def report(cells, out: Path, title: str, quick_records: Optional[dict] = None, seeds: Optional[int] = None) -> None:
+    """Write and print the report of ``cells`` from the run folders under ``out``."""
+    rows = aggregate(cells, out, seeds)
     paths = write_report(rows, out, title, {"quick_gpu": quick_records} if quick_records else None)
     if quick_records:
         from .quick import timing_lines
 
         with open(paths[0], "a") as f:
             f.write(timing_lines(quick_records))
+        print(timing_lines(quick_records).strip())
     print("\n".join(line for line in markdown(rows, title, out).splitlines() if line.startswith("|")))
     print(f"-> {paths[0]}, {paths[1]}")
 
@@ -136,7 +147,7 @@ def run(args) -> int:
         (f", Table {args.table}" if args.table else "")
     runs = expand(cells, out, args.extra, parse_weights(args.weights, manifest.backbones), args.seeds)
     if args.report:
-        report(cells, out, title)
+        report(cells, out, title, seeds=args.seeds)
         return 0
     configs = check_configs(runs)  # torch-free: every config mistake before anything runs
     if args.print_commands:

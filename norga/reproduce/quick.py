@@ -45,12 +45,18 @@ def peak_memory_mib(reset: bool = True):
     return round(peak)
 
 
-def timing_lines(records: Dict[str, dict]) -> str:
-    """Markdown section of the per-run stage timings for the report."""
+def timing_lines(records: dict) -> str:
+    """Markdown section of the quick check's measurements (``{"runs": {run: {...}}, "passes_img_s": {...}}``)."""
     lines = ["", "## Throughput and memory per stage (measured on this device)", "",
              "| run | stage | seconds | optimizer steps | img/s | run peak MiB |", "|---|---|---|---|---|---|"]
-    for run, record in records.items():
+    for run, record in records["runs"].items():
         for stage, t in record["stages"].items():
             img_s = f"{t['img_s']:.0f}" if t["img_s"] else "–"
             lines.append(f"| {run} | {stage} | {t['seconds']} | {t['steps']} | {img_s} | {record['peak_mib']} |")
+    p = records.get("passes_img_s")
+    if p:
+        peak = f"{p['peak_mib']:.0f} MiB" if p["peak_mib"] is not None else "n/a (CPU)"
+        lines += ["", f"Backbone passes at batch {p['batch']} on {p['device']} (amp {p['amp']}): training step "
+                  f"{p['train']:.0f} img/s, frozen forward {p['frozen']:.0f} img/s, prompted forward "
+                  f"{p['eval']:.0f} img/s; peak memory {peak}."]
     return "\n".join(lines) + "\n"
