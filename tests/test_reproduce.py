@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from norga.reproduce.manifest import ManifestError, load_manifest, parse_shard, select
-from norga.reproduce.report import aggregate, write_report
+from norga.reproduce.report import aggregate, fill_readme, write_report
 
 REPO = Path(__file__).resolve().parents[1]
 PAPER = REPO / "configs" / "reproduce" / "paper.yaml"
@@ -124,6 +124,11 @@ def test_report_numbers_by_hand(tmp_path):
     assert "| a | CA | 3 | 62.00 ± 1.00 | 60.00 ± 0.50 | +2.00 | **no** |" in text
     assert "| b | FA | 0 | – | 40.00 | – | – | not runnable: no config |" in text
     assert json.loads(js.read_text())["cells"][0]["metrics"][0]["values"] == pytest.approx([50.0, 52.0, 48.0])
+    readme = tmp_path / "README.md"
+    readme.write_text("x\n<!-- reproduce:gpu -->\n| old |\n<!-- /reproduce:gpu -->\ny\n")
+    assert fill_readme(readme, rows) == 3  # a's FA, CA, FM; b has no complete run
+    assert readme.read_text().splitlines()[4] == "| a | 3 | FA | 50.00 ± 2.00 | 50.00 ± 1.00 | +0.00 | yes |"
+    assert readme.read_text().endswith("<!-- /reproduce:gpu -->\ny\n") and "| old |" not in readme.read_text()
     one = aggregate([c for c in cells if c.id == "a"], tmp_path / "empty")[0]["metrics"][0]
     assert one["n"] == 0 and one["mean"] is None and one["within"] is None
     assert not math.isnan(fa["std"])

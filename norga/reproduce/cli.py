@@ -21,7 +21,7 @@ from typing import Optional, Sequence
 from ..errors import DIVERGED_EXIT
 from . import estimate as est
 from .manifest import DEFAULT_MANIFEST, QUICK_MANIFEST, ManifestError, load_manifest, parse_shard, select
-from .report import aggregate, markdown, write_report
+from .report import aggregate, fill_readme, markdown, write_report
 from .runner import check_configs, expand, parse_weights, run_all
 
 REPO = Path(__file__).resolve().parents[2]
@@ -50,6 +50,8 @@ def parser() -> argparse.ArgumentParser:
     mode.add_argument("--print-commands", action="store_true", help="print one norga train command per run")
     p.add_argument("--nproc", type=int, default=1, help="with --print-commands: torchrun processes per run")
     p.add_argument("--no-estimate", action="store_true", help="--dry-run without the timing measurement")
+    p.add_argument("--readme", type=Path, default=None, metavar="README.md",
+                   help="with --report: fill the file's <!-- reproduce:gpu --> table with the complete cells")
     p.add_argument("--quick-gpu", action="store_true", help="the 30-minute GPU check (configs/reproduce/quick_gpu.yaml)")
     return p
 
@@ -123,9 +125,15 @@ def execute(args, cells, runs, out: Path, title: str) -> int:
     return 2 if failures else 0
 
 
-def report(cells, out: Path, title: str, quick_records: Optional[dict] = None, seeds: Optional[int] = None) -> None:
-    """Write and print the report of ``cells`` from the run folders under ``out``."""
+def report(cells, out: Path, title: str, quick_records: Optional[dict] = None, seeds: Optional[int] = None,
+           readme: Optional[Path] = None) -> None:
+    """Write and print the report of ``cells`` from the run folders under ``out`` (and fill ``readme``'s table)."""
     rows = aggregate(cells, out, seeds)
+    if readme is not None:
+        try:
+            print(f"{fill_readme(readme, rows)} line(s) written into {readme}'s reproduced-on-GPU table")
+        except (OSError, ValueError) as err:
+            raise ManifestError(f"--readme: {err}") from None
     paths = write_report(rows, out, title, {"quick_gpu": quick_records} if quick_records else None)
     if quick_records:
         from .quick import timing_lines
@@ -147,7 +155,7 @@ def run(args) -> int:
         (f", Table {args.table}" if args.table else "")
     runs = expand(cells, out, args.extra, parse_weights(args.weights, manifest.backbones), args.seeds)
     if args.report:
-        report(cells, out, title, seeds=args.seeds)
+        report(cells, out, title, seeds=args.seeds, readme=args.readme)
         return 0
     configs = check_configs(runs)  # torch-free: every config mistake before anything runs
     if args.print_commands:

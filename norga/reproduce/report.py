@@ -108,3 +108,33 @@ def write_report(rows: Sequence[dict], out: Path, title: str, extra: Optional[di
     atomic_write_bytes(md, markdown(rows, title, out).encode())
     atomic_write_bytes(js, (json.dumps({"title": title, "cells": list(rows), **(extra or {})}, indent=1) + "\n").encode())
     return [md, js]
+
+
+README_MARK = "reproduce:gpu"  # README.md's "reproduced on GPU" table sits between <!-- reproduce:gpu --> markers
+
+
+def summary_lines(rows: Sequence[dict]) -> List[str]:
+    """The compact table of the README: one line per cell with complete runs, FA/CA/FM ours vs published."""
+    lines = ["| cell | seeds | metric | ours | published | difference | within std |", "|---|---|---|---|---|---|---|"]
+    for row in rows:
+        for m in row["metrics"]:
+            if m["n"] and "published" in m:
+                lines.append(f"| {row['cell']} | {m['n']} | {m['metric']} | {_num(m['mean'], m['std'])} | "
+                             f"{_num(m['published'], m.get('published_std'))} | "
+                             f"{_num(m['difference'], sign=True)} | {_within(m['within'])} |")
+    return lines
+
+
+def fill_readme(path: Path, rows: Sequence[dict]) -> int:
+    """Replace the lines between ``<!-- reproduce:gpu -->`` and its closing marker in ``path`` with
+    :func:`summary_lines`; returns the number of cell lines written. Raises ValueError without the markers."""
+    path = Path(path)
+    text = path.read_text()
+    start, end = f"<!-- {README_MARK} -->\n", f"<!-- /{README_MARK} -->"
+    if start not in text or end not in text:
+        raise ValueError(f"{path} has no {start.strip()} ... {end} block to fill")
+    head, rest = text.split(start, 1)
+    tail = rest.split(end, 1)[1]
+    lines = summary_lines(rows)
+    atomic_write_bytes(path, (head + start + "\n".join(lines) + "\n" + end + tail).encode())
+    return len(lines) - 2
