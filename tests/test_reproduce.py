@@ -190,6 +190,11 @@ def test_print_commands_and_bad_input(tmp_path):
     assert len(lines) == 4 and all(line.startswith("torchrun --nproc_per_node=2 -m norga train --config ")
                                    for line in lines)
     assert "--output-dir runs/x/tiny-hideprompt/seed1" in lines[3] and "--set seed=1" in lines[3]
+    paths = reproduce("--table", "1", "--only", "t1-cifar100-ibot21k-norga", "--seeds", "1", "--print-commands",
+                      "--weights", "ibot21k=/w/ibot.pth", "--data", "cifar100=/d/c100", "--set", "amp=bf16")
+    assert paths.returncode == 0, paths.stderr
+    assert paths.stdout.strip().endswith("--set seed=42 --set model.checkpoint=/w/ibot.pth --set data.root=/d/c100 "
+                                         "--set amp=bf16   # missing") and len(paths.stdout.splitlines()) == 1
     bad = reproduce("--table", "1", "--rows", "sup22k", "--dry-run")
     assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
         "error: unknown row 'sup22k'; valid: dino1k, ibot1k, ibot21k, moco1k, sup21k"]

@@ -22,7 +22,7 @@ from ..errors import DIVERGED_EXIT
 from . import estimate as est
 from .manifest import DEFAULT_MANIFEST, QUICK_MANIFEST, ManifestError, load_manifest, parse_shard, select
 from .report import aggregate, fill_readme, markdown, write_report
-from .runner import check_configs, expand, parse_weights, run_all
+from .runner import check_configs, expand, parse_pairs, run_all
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -44,6 +44,9 @@ def parser() -> argparse.ArgumentParser:
                    help="override for every run, e.g. --set device=cuda --set amp=bf16 (repeatable)")
     p.add_argument("--weights", action="append", default=[], metavar="ROW=PATH",
                    help="local checkpoint of a backbone row, e.g. ibot21k=weights/ibot_vitb16.pth (repeatable)")
+    p.add_argument("--data", action="append", default=[], metavar="BENCHMARK=ROOT",
+                   help="data.root of a benchmark's runs, e.g. cifar100=/data/cifar100 (repeatable; default: the "
+                        "configs' roots, relative to the current folder)")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--dry-run", action="store_true", help="list the runs with status and estimated time/memory")
     mode.add_argument("--report", action="store_true", help="only (re)write the report from the run folders")
@@ -81,7 +84,8 @@ def dry_run(cells, runs, configs, manifest, measure: bool) -> None:
         key = est.rate_key(cfg)
         if measure and key not in rates:
             rates[key] = est.measure_rates(cfg)
-        e = est.estimate(est.workload(cfg, manifest.benchmarks.get(cell.benchmark)), rates.get(key))
+        e = est.estimate(est.workload(cfg, manifest.benchmarks.get(cell.benchmark)), rates.get(key),
+                         est.train_batch(cfg))
         total += (e["seconds"] or 0.0) * len(cell_runs)
         states = ", ".join(f"{r.seed} {r.status()}" for r, _ in cell_runs)
         print(f"    seeds: {states}; est. {est.human_seconds(e['seconds'])} and peak memory {e['peak_mib'] or '?'} per run")
@@ -92,7 +96,8 @@ def dry_run(cells, runs, configs, manifest, measure: bool) -> None:
              if rates else "? (--no-estimate)"))
     if rates:
         print("estimates, not measurements: each config's backbone passes x the images/s of a short timed "
-              "forward/backward on this device; memory: the training step's peak at the measurement batch")
+              "forward/backward on this device; memory: the training step's peak, on CUDA extrapolated linearly "
+              "from batches 32 and 8 to the run's training batch (torchrun: per process, batch / processes)")
 
 
 def execute(args, cells, runs, out: Path, title: str) -> int:
@@ -153,7 +158,9 @@ def run(args) -> int:
     out = args.out or Path("runs") / ("quick_gpu" if args.quick_gpu else "reproduce")
     title = ("Quick GPU check" if args.quick_gpu else f"Reproduction of {manifest.paper}") + \
         (f", Table {args.table}" if args.table else "")
-    runs = expand(cells, out, args.extra, parse_weights(args.weights, manifest.backbones), args.seeds)
+    runs = expand(cells, out, args.extra, parse_pairs(args.weights, "--weights", list(manifest.backbones),
+                                                      "ibot21k=weights/ibot_vitb16.pth"), args.seeds,
+                  parse_pairs(args.data, "--data", list(manifest.benchmarks), "cifar100=/data/cifar100"))
     if args.report:
         report(cells, out, title, seeds=args.seeds, readme=args.readme)
         return 0

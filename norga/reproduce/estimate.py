@@ -29,7 +29,8 @@ class Workload:
 
 @dataclass(frozen=True)
 class Rates:
-    """Images/s of the three passes on ``device`` and the training step's peak memory (MiB; None on the CPU)."""
+    """Images/s of the three passes on ``device`` and the training step's peak memory (MiB; None on the CPU) at
+    ``batch``; on CUDA also the peak's growth per image (MiB), from a second step at batch 8."""
     device: str
     amp: str
     train: float
@@ -37,6 +38,13 @@ class Rates:
     eval: float
     peak_mib: Optional[float]
     batch: int
+    mib_per_image: Optional[float] = None
+
+    def peak_at(self, batch: Optional[int]) -> Optional[float]:
+        """The training step's peak memory extrapolated linearly to ``batch`` images (MiB), if measured."""
+        if self.peak_mib is None or self.mib_per_image is None or not batch:
+            return self.peak_mib
+        return self.peak_mib + (batch - self.batch) * self.mib_per_image
 
 
 def image_counts(cfg, benchmark_info: Optional[dict]) -> Optional[tuple]:
@@ -117,8 +125,15 @@ def measure_rates(cfg) -> Rates:
             torch.cuda.reset_peak_memory_stats(device)
         rates = {name: batch / _median_seconds(fn, sync) for name, fn in
                  (("train", train_step), ("frozen", frozen), ("eval", evaluate))}
-    peak = torch.cuda.max_memory_allocated(device) / 2 ** 20 if cuda else None
-    return Rates(str(device), cfg.amp, rates["train"], rates["frozen"], rates["eval"], peak, batch)
+        if not cuda:
+            return Rates(str(device), cfg.amp, rates["train"], rates["frozen"], rates["eval"], None, batch)
+        peak = torch.cuda.max_memory_allocated(device) / 2 ** 20
+        x, ids = x[:8], ids[:8]  # a second, smaller step: the peak's growth per image
+        torch.cuda.reset_peak_memory_stats(device)
+        train_step()
+        sync()
+        per_image = max(peak - torch.cuda.max_memory_allocated(device) / 2 ** 20, 0.0) / (batch - 8)
+    return Rates(str(device), cfg.amp, rates["train"], rates["frozen"], rates["eval"], peak, batch, per_image)
 
 
 def _median_seconds(step, sync) -> float:
@@ -140,12 +155,20 @@ def rate_key(cfg) -> tuple:
     return (m.preset and "vit", m.name, cfg.data.image_size, repr(sorted(m.timm_kwargs.items())), cfg.device, cfg.amp)
 
 
-def estimate(work: Optional[Workload], rates: Optional[Rates]) -> Dict[str, object]:
-    """``{"seconds": s or None, "peak_mib": "N MiB" or "n/a (CPU)", "passes": {...}}`` (an estimate)."""
+def train_batch(cfg) -> Optional[int]:
+    """Images per training step of the run (WTP's batch for the HiDe-Prompt pipeline), if the method has one."""
+    method = cfg.method
+    return getattr(getattr(method, "wtp", method), "batch_size", None)
+
+
+def estimate(work: Optional[Workload], rates: Optional[Rates], batch: Optional[int] = None) -> Dict[str, object]:
+    """``{"seconds": s or None, "peak_mib": "N MiB" or "n/a (CPU)", "passes": {...}}`` (an estimate; the peak
+    extrapolated to the run's training ``batch`` on CUDA)."""
     if work is None or rates is None:
         return {"seconds": None, "peak_mib": None, "passes": None}
     seconds = work.train / rates.train + work.frozen / rates.frozen + work.eval / rates.eval
-    peak = f"{round(rates.peak_mib)} MiB" if rates.peak_mib is not None else "n/a (CPU)"
+    peak_mib = rates.peak_at(batch)
+    peak = f"{round(peak_mib)} MiB at batch {batch or rates.batch}" if peak_mib is not None else "n/a (CPU)"
     return {"seconds": seconds, "peak_mib": peak, "passes": work.__dict__,
             "rates_img_s": {"train": rates.train, "frozen": rates.frozen, "eval": rates.eval, "batch": rates.batch,
                             "device": rates.device, "amp": rates.amp}}

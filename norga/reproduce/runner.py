@@ -81,30 +81,32 @@ def read_metrics(folder: Path) -> Optional[dict]:
         return None
 
 
-def parse_weights(items: Sequence[str], backbones: Mapping[str, dict]) -> Dict[str, str]:
-    """``["ibot21k=PATH", ...]`` -> {row: PATH}; rows checked against the manifest's backbones."""
+def parse_pairs(items: Sequence[str], option: str, valid: Sequence[str], example: str) -> Dict[str, str]:
+    """``["NAME=PATH", ...]`` of ``option`` -> {NAME: PATH}; names checked against ``valid`` (when given)."""
     out = {}
     for item in items:
-        row, sep, path = item.partition("=")
+        name, sep, path = item.partition("=")
         if not sep or not path:
-            raise ManifestError(f"--weights: expected ROW=PATH, e.g. ibot21k=weights/ibot_vitb16.pth, got {item!r}")
-        if backbones and row not in backbones:
-            raise ManifestError(f"--weights: unknown row {row!r}; valid: {', '.join(sorted(backbones))}")
-        out[row] = path
+            raise ManifestError(f"{option}: expected NAME=PATH, e.g. {example}, got {item!r}")
+        if valid and name not in valid:
+            raise ManifestError(f"{option}: unknown name {name!r}; valid: {', '.join(sorted(valid))}")
+        out[name] = path
     return out
 
 
 def expand(cells: Sequence[Cell], out: Path, extra: Sequence[str] = (), weights: Mapping[str, str] = {},
-           seeds: Optional[int] = None) -> List[Run]:
-    """One :class:`Run` per runnable cell and seed (the first ``seeds`` seeds when given), in manifest order."""
+           seeds: Optional[int] = None, data: Mapping[str, str] = {}) -> List[Run]:
+    """One :class:`Run` per runnable cell and seed (the first ``seeds`` seeds when given), in manifest order;
+    ``weights`` (row -> checkpoint) and ``data`` (benchmark -> data.root) add their overrides before ``extra``."""
     runs = []
     for cell in cells:
         if not cell.runnable:
             continue
-        checkpoint = [f"model.checkpoint={weights[cell.backbone]}"] if cell.backbone in weights else []
+        paths = [f"model.checkpoint={weights[cell.backbone]}"] if cell.backbone in weights else []
+        paths += [f"data.root={data[cell.benchmark]}"] if cell.benchmark in data else []
         for seed in cell.seeds[:seeds]:
             runs.append(Run(cell, seed, Path(out) / cell.id / f"seed{seed}",
-                            tuple(cell.run_overrides(seed, [*checkpoint, *extra]))))
+                            tuple(cell.run_overrides(seed, [*paths, *extra]))))
     return runs
 
 
