@@ -151,6 +151,11 @@ def report(cells, out: Path, title: str, quick_records: Optional[dict] = None, s
 
 
 def run(args) -> int:
+    """The command after parsing (see the module docstring); raises NorgaError/ConfigError for unusable input."""
+    if args.readme is not None and not args.report:
+        raise ManifestError("--readme goes with --report (the README's table is filled from finished runs)")
+    if args.seeds is not None and args.seeds < 1:
+        raise ManifestError(f"--seeds: expected a number of seeds >= 1, got {args.seeds}")
     manifest = load_manifest(manifest_path(args))
     cells = select(manifest, args.table, args.rows, args.only, parse_shard(args.shard))
     if not cells:
