@@ -266,7 +266,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if argv and argv[0] == "reproduce":  # its own parser (norga/reproduce/cli.py)
         from .reproduce.cli import main as reproduce_main
 
-        return reproduce_main(argv[1:])
+        return guarded(lambda: reproduce_main(argv[1:]), lambda: "finished runs are kept; run the same command again")
     parser = argparse.ArgumentParser(prog="norga", description=__doc__.split("\n\n")[0])
     parser.add_argument("--version", action="version", version=f"norga {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="{train,eval,summarize,reproduce,routes,doctor,list}")

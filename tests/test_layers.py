@@ -22,6 +22,7 @@ LAYERS: List[List[str]] = [
     ["norga.methods"],
     ["norga.plots", "norga.summarize"],  # reports of runs
     ["norga.engine"],  # the task loop and everything about a run, above the methods
+    ["norga.reproduce"],  # grids of runs from a manifest (the paper's tables), above the engine
     ["norga.cli", "norga.__main__", "norga.config_reference"],  # commands (the reference reads every registry)
     ["norga.theory"],  # stand-alone numerical checks of the papers (they use the real gates)
 ]

@@ -188,11 +188,9 @@ def run(args) -> int:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Entry point of ``norga reproduce`` (one ``error:`` line and exit 2 for unusable input)."""
-    from ..cli import guarded
-
-    args = parser().parse_args(list(argv or []))
-    return guarded(lambda: run(args), lambda: "finished runs are kept; run the same command again to resume")
+    """Entry point of ``norga reproduce`` (``norga.cli`` wraps it: one ``error:`` line and exit 2 for unusable
+    input, Ctrl-C with a resume hint)."""
+    return run(parser().parse_args(list(argv or [])))
 
 
 if __name__ == "__main__":
