@@ -114,7 +114,7 @@ def train(args) -> torch.nn.Module:
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
-            total += float(loss) * len(idx)
+            total += float(loss.detach()) * len(idx)
             correct += int((logits.argmax(1) == labels[idx]).sum())
             seen += len(idx)
         save_state(args.out, model, optimizer, epoch, gen)

@@ -1,9 +1,11 @@
-"""The ``norga`` command: ``norga train | eval | summarize | routes | doctor | data | list`` and ``norga --version``.
+"""The ``norga`` command: ``norga train | eval | summarize | reproduce | routes | doctor | data | list`` and
+``norga --version``.
 
     norga train --config configs/smoke.yaml --output-dir runs/smoke [--set method.wtp.epochs=3 ...] [--dry-run] [--force]
     norga eval --run runs/smoke [--output eval.json]
     norga summarize runs/a_s42 runs/a_s43 [--vs runs/b_s42 runs/b_s43] [--out DIR]
     norga routes --run runs/mh_moe          # N_eff / old-task loss change per route of an MoE-adapter run
+    norga reproduce --table 1 --rows sup21k --out runs/repro [--dry-run | --report]   # the paper's tables
     norga doctor [--config CFG]             # versions, torch/torchvision pairing, devices, a config's paths
     norga data prepare cifar100 --root DATA # download, verify, extract a benchmark (--check validates it)
     norga list
@@ -197,22 +199,37 @@ def registry_lines() -> List[str]:
 
 
 # ---- the norga command ---------------------------------------------------------------
+def data_main(argv: Sequence[str]) -> int:
+    """``norga data prepare | list``: :mod:`norga.data_command` (imported only now)."""
+    from .data_command import data_main as run
+
+    return run(list(argv))
+
+
+def reproduce_main(argv: Sequence[str]) -> int:
+    """``norga reproduce``: :mod:`norga.reproduce.cli` (imported only now)."""
+    from .reproduce.cli import main as run
+
+    return guarded(lambda: run(list(argv)), lambda: "finished runs are kept; run the same command again")
+
+
+# subcommands that parse their own arguments: name -> entry point taking the arguments after the name
+DELEGATED = {"summarize": summarize_main, "doctor": doctor_main, "data": data_main, "reproduce": reproduce_main}
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of the ``norga`` console command (and ``python -m norga``)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] == "summarize":  # its own parser, loaded lazily
-        return summarize_main(argv[1:])
-    if argv and argv[0] == "doctor":  # its own parser
-        return doctor_main(argv[1:])
-    if argv and argv[0] == "data":  # its own parser: norga data prepare | list
-        from .data_command import data_main
-        return data_main(argv[1:])
+    if argv and argv[0] in DELEGATED:  # commands with their own parser, loaded when used
+        return DELEGATED[argv[0]](argv[1:])
     parser = argparse.ArgumentParser(prog="norga", description=__doc__.split("\n\n")[0])
     parser.add_argument("--version", action="version", version=f"norga {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{train,eval,summarize,routes,doctor,data,list}")
+    commands = parser.add_subparsers(dest="command", required=True,
+                                     metavar="{train,eval,summarize,reproduce,routes,doctor,data,list}")
     add_train_arguments(commands.add_parser("train", help="train or resume a run"))
     add_eval_arguments(commands.add_parser("eval", help="re-evaluate a run from its checkpoints"))
     commands.add_parser("summarize", help="aggregate run folders over seeds (norga summarize --help)")
+    commands.add_parser("reproduce", help="the paper's tables from configs/reproduce/ (norga reproduce --help)")
     routes = commands.add_parser("routes", help="N_eff and old-task loss change per route of an MoE-adapter run")
     routes.add_argument("--run", "--run-dir", dest="run", required=True, type=Path, help="a finished run folder")
     routes.add_argument("--bins", type=int, default=4, help="mass-quantile bins of N_eff (default 4)")

@@ -97,7 +97,8 @@ def test_a_run_killed_in_its_evaluation_resumes_to_the_uninterrupted_metrics(met
                                     "bar:evaluation:2", tmp_path)
 
 
-CONFIGS = sorted(p for p in (REPO_ROOT / "configs").rglob("*.yaml") if p.name != "regime.yaml")  # regime: a list
+CONFIGS = sorted(p for p in (REPO_ROOT / "configs").rglob("*.yaml")  # regime: a list; reproduce/: manifests
+                 if p.name != "regime.yaml" and p.parent.name != "reproduce")  # (tests/test_reproduce.py)
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=[str(p.relative_to(REPO_ROOT / "configs")) for p in CONFIGS])

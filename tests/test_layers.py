@@ -23,7 +23,8 @@ LAYERS: List[List[str]] = [
     ["norga.methods"],
     ["norga.plots", "norga.plot_scales", "norga.plot_compare", "norga.summary_runs", "norga.summarize"],  # reports
     ["norga.engine"],  # the task loop and everything about a run, above the methods
-    ["norga.cli", "norga.__main__", "norga.config_reference", "norga.preflight", "norga.data_command"],  # commands (the reference reads every registry)
+    ["norga.reproduce"],  # grids of runs from a manifest (the paper's tables), above the engine
+    ["norga.cli", "norga.__main__", "norga.config_reference", "norga.preflight", "norga.data_command"],  # commands
     ["norga.theory"],  # stand-alone numerical checks of the papers (they use the real gates)
 ]
 

@@ -1,0 +1,229 @@
+"""norga reproduce: the manifest (transcription, every entry's config), selection errors, the report's numbers by
+hand on fixed run folders, and (integration) a tiny grid of 2 methods x 2 seeds end to end, killed and resumed."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from norga.reproduce.manifest import ManifestError, load_manifest, parse_shard, select
+from norga.reproduce.report import aggregate, fill_readme, write_report
+
+REPO = Path(__file__).resolve().parents[1]
+PAPER = REPO / "configs" / "reproduce" / "paper.yaml"
+QUICK = REPO / "configs" / "reproduce" / "quick_gpu.yaml"
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+TINY = ["method.tii.epochs=2", "method.tii.align_epochs=2", "method.tii.samples_per_class=16", "method.wtp.epochs=2",
+        "method.tap.epochs=2", "method.tap.samples_per_class=16", "method.diagnostics=false"]
+
+
+# ---- the manifest -------------------------------------------------------------------------------------------
+def test_manifest_has_every_published_cell():
+    m = load_manifest(PAPER)
+    t1, t2 = select(m, table=1), select(m, table=2)
+    assert len(t1) == 2 * 5 * 6 and len(t2) == 2 * 2 * 6  # benchmarks x backbones x methods
+    assert all(set(c.published) == {"FA", "CA", "FM"} and all(s is not None for _, s in c.published.values())
+               for c in t1)
+    assert all(set(c.published) == {"FA"} and c.published["FA"][1] is None for c in t2)
+    assert all(c.seeds == (42, 40, 44) and c.source.startswith(f"Table {c.table}, row ") for c in m.cells)
+    not_runnable = [c for c in m.cells if not c.runnable]
+    assert len(not_runnable) == 16 and all(c.missing and c.table == 2 for c in not_runnable)
+    assert {c.method for c in not_runnable} == {"l2p", "dualprompt", "sprompt", "coda"}
+
+
+@pytest.mark.parametrize("cell_id, metric, value", [
+    ("t1-cifar100-sup21k-norga", "FA", (94.48, 0.13)), ("t1-cifar100-sup21k-hideprompt", "CA", (94.03, 0.01)),
+    ("t1-cifar100-ibot21k-coda", "FM", (7.50, 0.25)), ("t1-cifar100-ibot21k-norga", "FA", (94.76, 0.15)),
+    ("t1-imagenet_r-ibot21k-hideprompt", "FM", (6.77, 0.23)), ("t1-imagenet_r-moco1k-coda", "FM", (10.46, 0.04)),
+    ("t1-imagenet_r-dino1k-norga", "CA", (75.76, 0.49)), ("t1-cifar100-ibot1k-l2p", "FA", (75.51, 0.88)),
+    ("t2-cub200-sup21k-norga", "FA", (90.90, None)), ("t2-five_datasets-ibot21k-coda", "FA", (51.65, None)),
+])
+def test_transcription_spot_checks(cell_id, metric, value):
+    cells = {c.id: c for c in load_manifest(PAPER).cells}
+    assert cells[cell_id].published[metric] == value
+
+
+def test_every_entry_config_loads_without_torch():
+    """Each runnable entry's config with its overrides and every seed validates, in a process without torch."""
+    code = ("import sys; from norga.reproduce.manifest import load_manifest; from norga.config import load_config\n"
+            f"for path in {[str(PAPER), str(QUICK)]!r}:\n"
+            "    for c in load_manifest(path).cells:\n"
+            "        for s in c.seeds if c.runnable else ():\n"
+            "            cfg = load_config(c.config_path, c.run_overrides(s))\n"
+            "            assert cfg.seed == s and cfg.model.preset == c.backbone, c.id\n"
+            "            assert cfg.method.name == {'sprompt': 'dualprompt'}.get(c.method, c.method), c.id\n"
+            "assert 'torch' not in sys.modules\nprint('ok')")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, cwd=REPO)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
+def test_selection_errors_name_the_valid_choices():
+    m = load_manifest(PAPER)
+    with pytest.raises(ManifestError, match="unknown row 'sup22k'; valid: dino1k, ibot1k, ibot21k, moco1k, sup21k"):
+        select(m, table=1, rows=["sup22k"])
+    with pytest.raises(ManifestError, match="unknown table 3; valid: 1, 2"):
+        select(m, table=3)
+    with pytest.raises(ManifestError, match="--only: 'nogra' matches no method.*norga"):
+        select(m, only=["nogra"])
+    with pytest.raises(ManifestError, match="needs 0 <= i < n"):
+        parse_shard("4/4")
+    assert [c.id for c in select(m, table=1, rows=["sup21k"], only=["norga", "t1-imagenet_r-*-l2p"])] == [
+        "t1-cifar100-sup21k-norga", "t1-imagenet_r-sup21k-l2p", "t1-imagenet_r-sup21k-norga"]
+    shards = [select(m, table=1, shard=(i, 3)) for i in range(3)]
+    ids = [c.id for shard in shards for c in shard]
+    assert sorted(ids) == sorted(c.id for c in select(m, table=1)) and len(ids) == len(set(ids))
+
+
+def write_manifest(tmp: Path, cells: list, seeds=(0, 1)) -> Path:
+    path = tmp / "manifest.yaml"
+    path.write_text(yaml.safe_dump({"paper": "test", "seeds": list(seeds), "cells": cells}, sort_keys=False))
+    return path
+
+
+# ---- the report by hand -----------------------------------------------------------------------------------
+def put_run(folder: Path, fa: float, ca: float, fm: float, status="complete", done=3):
+    folder.mkdir(parents=True)
+    official = {"FA": fa, "CA": ca, "FM": fm}
+    (folder / "metrics.json").write_text(json.dumps({"FA": fa, "CA": ca + 0.5, "FM": 0.0, "official": official,
+                                                     "num_tasks": 3, "completed_tasks": done, "status": status}))
+
+
+def test_report_numbers_by_hand(tmp_path):
+    smoke = str(REPO / "configs" / "smoke.yaml")
+    path = write_manifest(tmp_path, [
+        {"id": "a", "table": 1, "benchmark": "synthetic", "backbone": "tiny", "method": "norga", "config": smoke,
+         "published": {"FA": [50.0, 1.0], "CA": [60.0, 0.5], "FM": [10.0, None]}, "source": "Table 1, row x"},
+        {"id": "b", "table": 2, "benchmark": "synthetic", "backbone": "tiny", "method": "l2p", "config": None,
+         "missing": "no config", "published": {"FA": [40.0, None]}}], seeds=(0, 1, 2, 3))
+    cells = load_manifest(path).cells
+    out = tmp_path / "out"
+    put_run(out / "a" / "seed0", 0.50, 0.61, 0.10)
+    put_run(out / "a" / "seed1", 0.52, 0.62, 0.12)
+    put_run(out / "a" / "seed2", 0.48, 0.63, 0.14)
+    put_run(out / "a" / "seed3", 0.99, 0.99, 0.99, status="incomplete", done=2)  # partial: never averaged
+    rows = aggregate(cells, out)
+    fa, ca, fm = rows[0]["metrics"]
+    assert rows[0]["status"] == {"0": "complete", "1": "complete", "2": "complete", "3": "partial"}
+    assert fa["n"] == 3 and fa["mean"] == pytest.approx(50.0) and fa["std"] == pytest.approx(2.0)
+    assert fa["difference"] == pytest.approx(0.0) and fa["within"] is True
+    assert ca["mean"] == pytest.approx(62.0) and ca["std"] == pytest.approx(1.0)  # official block, not top level
+    assert ca["difference"] == pytest.approx(2.0) and ca["within"] is False  # |+2.00| > 0.5
+    assert fm["mean"] == pytest.approx(12.0) and fm["within"] is None  # no published std: no decision
+    assert rows[1]["runnable"] is False and rows[1]["metrics"][0]["n"] == 0
+    md, js = write_report(rows, out, "test report")
+    text = md.read_text()
+    assert "| a | FA | 3 | 50.00 ± 2.00 | 50.00 ± 1.00 | +0.00 | yes |" in text
+    assert "| a | CA | 3 | 62.00 ± 1.00 | 60.00 ± 0.50 | +2.00 | **no** |" in text
+    assert "| b | FA | 0 | – | 40.00 | – | – | not runnable: no config |" in text
+    assert json.loads(js.read_text())["cells"][0]["metrics"][0]["values"] == pytest.approx([50.0, 52.0, 48.0])
+    readme = tmp_path / "README.md"
+    readme.write_text("x\n<!-- reproduce:gpu -->\n| old |\n<!-- /reproduce:gpu -->\ny\n")
+    assert fill_readme(readme, rows) == 3  # a's FA, CA, FM; b has no complete run
+    assert readme.read_text().splitlines()[4] == "| a | 3 | FA | 50.00 ± 2.00 | 50.00 ± 1.00 | +0.00 | yes |"
+    assert readme.read_text().endswith("<!-- /reproduce:gpu -->\ny\n") and "| old |" not in readme.read_text()
+    one = aggregate([c for c in cells if c.id == "a"], tmp_path / "empty")[0]["metrics"][0]
+    assert one["n"] == 0 and one["mean"] is None and one["within"] is None
+    assert not math.isnan(fa["std"])
+
+
+# ---- the tiny grid end to end -------------------------------------------------------------------------------
+def tiny_manifest(tmp: Path) -> Path:
+    cells = [{"id": f"tiny-{m}", "table": 1, "benchmark": "synthetic", "backbone": "tiny", "method": m,
+              "config": str(REPO / "configs" / "smoke" / f"{m}.yaml"), "overrides": TINY,
+              "expected": {"FA": [0.0, 100.0]}, "source": "tiny grid"} for m in ("norga", "hideprompt")]
+    cells.append({"id": "tiny-l2p", "table": 1, "benchmark": "synthetic", "backbone": "tiny", "method": "l2p",
+                  "config": None, "missing": "not part of the tiny grid"})
+    return write_manifest(tmp, cells)
+
+
+def reproduce(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "norga", "reproduce", *args], capture_output=True, text=True,
+                          env=ENV, cwd=REPO, timeout=600)
+
+
+@pytest.mark.integration
+def test_tiny_grid_runs_resumes_after_a_kill_and_reports(tmp_path):
+    manifest, out = tiny_manifest(tmp_path), tmp_path / "grid"
+    dry = reproduce("--manifest", str(manifest), "--out", str(out), "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert "not runnable: not part of the tiny grid" in dry.stdout and "3 cells (2 runnable, 1 not), 4 runs" in dry.stdout
+    assert "seeds: 0 missing, 1 missing; est. " in dry.stdout and "n/a (CPU)" in dry.stdout
+    # the first run completes, the second is killed while training
+    proc = subprocess.Popen([sys.executable, "-m", "norga", "reproduce", "--manifest", str(manifest), "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV, cwd=REPO)
+    second = out / "tiny-norga" / "seed1"
+    deadline = time.time() + 300
+    while not (second / "checkpoints" / "task_00.pt.sha256").is_file() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    first = out / "tiny-norga" / "seed0" / "metrics.json"
+    assert json.loads(first.read_text())["status"] == "complete"
+    stamp = first.stat().st_mtime_ns
+    done = reproduce("--manifest", str(manifest), "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    assert "[1/4] tiny-norga seed 0: complete, skipped" in done.stdout
+    assert "[2/4] tiny-norga seed 1: resuming" in done.stdout
+    assert first.stat().st_mtime_ns == stamp  # the finished run was not trained again
+    report = json.loads((out / "reproduce.json").read_text())
+    assert [c["complete_seeds"] for c in report["cells"]] == [[0, 1], [0, 1], []]
+    assert all(c["metrics"][0]["n"] == 2 and c["metrics"][0]["within"] is True for c in report["cells"][:2])
+    text = (out / "reproduce.md").read_text()
+    assert "tiny-norga/seed0/plots/acc_matrix.png" in text
+    again = reproduce("--manifest", str(manifest), "--out", str(out), "--report")
+    assert again.returncode == 0 and (out / "reproduce.md").read_text() == text
+
+
+def test_print_commands_and_bad_input(tmp_path):
+    manifest = tiny_manifest(tmp_path)
+    cmds = reproduce("--manifest", str(manifest), "--out", "runs/x", "--print-commands", "--nproc", "2")
+    assert cmds.returncode == 0, cmds.stderr
+    lines = cmds.stdout.strip().splitlines()
+    assert len(lines) == 4 and all(line.startswith("torchrun --nproc_per_node=2 -m norga train --config ")
+                                   for line in lines)
+    assert "--output-dir runs/x/tiny-hideprompt/seed1" in lines[3] and "--set seed=1" in lines[3]
+    paths = reproduce("--table", "1", "--only", "t1-cifar100-ibot21k-norga", "--seeds", "1", "--print-commands",
+                      "--weights", "ibot21k=/w/ibot.pth", "--data", "cifar100=/d/c100", "--set", "amp=bf16")
+    assert paths.returncode == 0, paths.stderr
+    assert paths.stdout.strip().endswith("--set seed=42 --set model.checkpoint=/w/ibot.pth --set data.root=/d/c100 "
+                                         "--set amp=bf16   # missing") and len(paths.stdout.splitlines()) == 1
+    bad = reproduce("--table", "1", "--rows", "sup22k", "--dry-run")
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
+        "error: unknown row 'sup22k'; valid: dino1k, ibot1k, ibot21k, moco1k, sup21k"]
+
+
+def test_quick_check_stage_timings(tmp_path):
+    """Per-stage seconds from consecutive epoch-log lines, images/s = steps x the stage's batch / seconds."""
+    from norga.config import load_config
+    from norga.reproduce.quick import stage_timings, timing_lines
+
+    lines = [{"stage": "tii", "task": 0, "epoch": 0, "time": 100.0, "steps": 2},
+             {"stage": "wtp", "task": 0, "epoch": 0, "time": 104.0, "steps": 4},
+             {"stage": "wtp", "task": 0, "epoch": 1, "time": 106.0, "steps": 4}]
+    (tmp_path / "epochs.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    cfg = load_config(REPO / "configs" / "smoke.yaml")  # wtp batch 64
+    stages = stage_timings(tmp_path, cfg)
+    assert stages["wtp"] == {"seconds": 6.0, "steps": 8, "img_s": pytest.approx(8 * 64 / 6.0)}
+    assert stages["tii"]["seconds"] == 0.0 and stages["tii"]["img_s"] is None
+    text = timing_lines({"runs": {"r/seed0": {"stages": stages, "peak_mib": "n/a (CPU)"}}, "passes_img_s": None})
+    assert "| r/seed0 | wtp | 6.0 | 8 | 85 | n/a (CPU) |" in text
+
+
+def test_dry_run_lists_every_published_cell_with_its_command():
+    """The issue's "done when": every cell of the paper's manifest is listed with its command (estimates need
+    torch and a timing, covered by the tiny grid's dry run)."""
+    dry = reproduce("--dry-run", "--no-estimate", "--out", "runs/repro")
+    assert dry.returncode == 0, dry.stderr
+    lines = dry.stdout.splitlines()
+    assert sum(line.startswith(("t1-", "t2-")) for line in lines) == 84
+    assert sum(line.strip().startswith("$ norga train --config configs/") for line in lines) == 68
+    assert sum("not runnable: no shipped" in line for line in lines) == 16
+    assert "84 cells (68 runnable, 16 not), 204 runs; estimated total ? (--no-estimate)" in dry.stdout
