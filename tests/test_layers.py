@@ -16,7 +16,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "norga"
 LAYERS: List[List[str]] = [
     ["norga", "norga._version", "norga.errors", "norga.registry", "norga.files", "norga.config", "norga.metrics",
      "norga.summary_stats", "norga.fidelity", "norga.environment",
-     "norga.guard"],  # foundation: torch-free
+     "norga.guard", "norga.problems"],  # foundation: torch-free
     ["norga.data"],
     ["norga.models"],
     ["norga.toolkit"],  # what methods are built from

@@ -199,3 +199,13 @@ def test_an_error_starts_on_its_own_line_after_a_progress_bar(capsys):
     assert bar.disable  # closed (tqdm disables a closed bar) before the message was printed
     err = capsys.readouterr().err
     assert "WTP" in err and err.endswith("\rerror: something the user can fix\n")
+
+
+def test_a_run_reports_its_weights_and_data_problems_together(tmp_path, capsys):
+    bad_weights = tmp_path / "weights.pt"
+    bad_weights.write_bytes(b"not a checkpoint")
+    status, _, err = cli(capsys, "train", "--config", str(SMOKE), "--output-dir", str(tmp_path / "run"),
+                         "--set", f"model.checkpoint={bad_weights}", "--set", "data.options={num_classes: 0}")
+    assert_one_line_error(status, err, "2 problems: (1) cannot read checkpoint",
+                          "(2) synthetic dataset: data.options ['num_classes=0'] too small")
+    assert not (tmp_path / "run").exists()

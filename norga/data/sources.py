@@ -204,6 +204,12 @@ def synthetic_source(root, download: bool, options: dict) -> RawData:
     if unknown:
         raise DataError(f"synthetic dataset: unknown options {sorted(unknown)}; allowed: {sorted(allowed)}")
     C, size = int(options.get("num_classes", 30)), int(options.get("size", 32))
+    counts = {k: int(options.get(k, d)) for k, d in (("num_classes", 30), ("train_per_class", 40),
+                                                     ("test_per_class", 20), ("size", 32))}
+    small = [f"{k}={v}" for k, v in counts.items() if v < (8 if k == "size" else 1)]
+    if small:
+        raise DataError(f"synthetic dataset: data.options {small} too small; num_classes, train_per_class and "
+                        "test_per_class must be >= 1, size >= 8")
     rng = np.random.default_rng(int(options.get("seed", 0)))
     colours = rng.uniform(0.15, 0.85, (C, 3))
     angles = rng.uniform(0, np.pi, C)

@@ -10,28 +10,18 @@ from __future__ import annotations
 
 import copy
 import sys
-from typing import Callable, List, Optional, TypeVar
 
 import torch
 
 from ..config import Config, ConfigError
 from ..data.readability import QUICK_SAMPLE, image_files, unreadable_images
-from ..errors import NorgaError, one_line
+from ..errors import NorgaError
 from ..methods import build_method
 from ..models.backbone import BACKBONE_PRESETS, hub_weights_status
+from ..problems import Problems
 from .task_loop import build_data, build_vit, resolve_config
 
 DECODE_MODES = ("full", "quick")
-T = TypeVar("T")
-
-
-def _attempt(problems: List[str], check: Callable[[], T]) -> Optional[T]:
-    """``check()``, or None with its one-line message appended to ``problems`` (user errors only; bugs raise)."""
-    try:
-        return check()
-    except (NorgaError, ConfigError) as err:
-        problems.append(one_line(str(err)))
-        return None
 
 
 def _weights(cfg: Config) -> str:
@@ -80,17 +70,12 @@ def dry_run(cfg: Config, decode: str = "full") -> str:
     arch_only = copy.deepcopy(cfg)
     arch_only.model.pretrained, arch_only.model.checkpoint = False, None
     vit = build_vit(arch_only)
-    problems: List[str] = []
-    bench = _attempt(problems, lambda: build_data(cfg, vit))
-    method = bench and _attempt(problems, lambda: build_method(arch_only, vit, bench.task_classes,
-                                                                torch.device("cpu")))
-    weights = _attempt(problems, lambda: _weights(cfg))
-    images = bench and _attempt(problems, lambda: _decode_images(bench, decode))
-    if problems:
-        if len(problems) == 1:
-            raise NorgaError(problems[0])
-        listed = "; ".join(f"({i}) {p}" for i, p in enumerate(problems, 1))
-        raise NorgaError(f"the dry run found {len(problems)} problems: {listed}")
+    found = Problems()
+    bench = found.attempt(lambda: build_data(cfg, vit))
+    method = bench and found.attempt(lambda: build_method(arch_only, vit, bench.task_classes, torch.device("cpu")))
+    weights = found.attempt(lambda: _weights(cfg))
+    images = bench and found.attempt(lambda: _decode_images(bench, decode))
+    found.raise_any("the dry run")
     params = sum(p.numel() for p in vit.parameters()) / 1e6
     head = (f"backbone: {cfg.model.name or cfg.model.preset} ({params:.1f} M params), weights: {weights}\n"
             f"{method.summary()}\n{images}")

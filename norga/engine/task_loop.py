@@ -25,6 +25,7 @@ from ..models.backbone import backbone_data_config, build_backbone
 from ..models.compilation import compile_mode
 from ..models.precision import amp_mode
 from ..plots import write_run_plots
+from ..problems import Problems
 from ..toolkit.devices import resolve_device
 from ..toolkit.distributed import distributed_session, is_main, world_size
 from ..toolkit.epochlog import epoch_log, progress_line
@@ -69,6 +70,22 @@ def build_data(cfg: Config, vit: torch.nn.Module):
         test_per_class=d.test_per_class, options=d.options, class_order_rng=d.class_order_rng,
         transforms=d.transforms,
     )
+
+
+def build_vit_and_data(cfg: Config):
+    """(backbone with its weights, benchmark); a weights problem and a data problem are reported together (the
+    data is then checked with the architecture alone)."""
+    found = Problems()
+    vit = found.attempt(lambda: build_vit(cfg))
+    arch = vit if vit is not None else _architecture(cfg)
+    bench = found.attempt(lambda: build_data(cfg, arch))
+    found.raise_any()
+    return vit, bench
+
+
+def _architecture(cfg: Config) -> torch.nn.Module:
+    """The backbone without weights (its input size and normalisation for the data)."""
+    return build_vit(dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, checkpoint=None, pretrained=False)))
 
 
 class Evaluator:
@@ -120,8 +137,7 @@ def _train_in_folder(cfg: Config, run: RunDir, force: bool) -> dict:
         if finished is not None:
             return finished
         device = resolve_device(cfg.device)
-        vit = build_vit(cfg)
-        bench = build_data(cfg, vit)
+        vit, bench = build_vit_and_data(cfg)
         method = build_method(cfg, vit, bench.task_classes, device)
         log = run.logger()
         for note in state.notes:
