@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from norga.models import GATES, PromptPool, build_gate
+from norga.config.gate_options import GATE_OPTIONS
 from norga.models.gates import Gate, register_gate
 
 
@@ -70,6 +71,7 @@ def test_new_gate_is_one_small_class():
             register_gate("test_square_residual")(SquareResidual)
     finally:
         GATES.pop("test_square_residual")
+        GATE_OPTIONS.pop("test_square_residual")
 
 
 def test_prompt_pool_layout_gather_and_init():

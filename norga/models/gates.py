@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..config import ConfigError
-from ..config.gate_options import NoOptions, NoRGaOptions, validate_gate
+from ..config.gate_options import GATE_OPTIONS, NoOptions, NoRGaOptions, validate_gate
 from ..registry import registrar
 
 ACTIVATIONS: Dict[str, Callable[[Tensor], Tensor]] = {
@@ -42,8 +42,23 @@ ACTIVATIONS: Dict[str, Callable[[Tensor], Tensor]] = {
 GATES: Dict[str, Type["Gate"]] = {}
 
 
-# Class decorator adding a gate to :data:`GATES` under ``name`` (sets ``cls.name``).
-register_gate = registrar(GATES, "gate", set_name=True)
+_register_class = registrar(GATES, "gate", set_name=True)
+
+
+def register_gate(name: str):
+    """Class decorator adding a gate to :data:`GATES` under ``name`` (sets ``cls.name``). Its ``Options`` join the
+    torch-free :data:`norga.config.gate_options.GATE_OPTIONS` (the built-in gates' are registered there already, so
+    their configs are checked before torch loads; a gate added elsewhere is checked once its module is imported)."""
+    def wrap(cls):
+        cls = _register_class(name)(cls)
+        known = GATE_OPTIONS.setdefault(name, cls.Options)
+        if known is not cls.Options:
+            GATES.pop(name)
+            raise ValueError(f"gate {name!r}: its Options class differs from the one registered for it in "
+                             "norga.config.gate_options")
+        return cls
+
+    return wrap
 
 
 class Gate(nn.Module):
