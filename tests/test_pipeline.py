@@ -105,9 +105,10 @@ def test_killed_and_resumed_run_equals_uninterrupted(smoke_run, tmp_path):
     assert_same_metrics(final, json.loads((smoke_run / "metrics.json").read_text()))
 
 
-def test_resume_with_changed_config_needs_force(smoke_run, tmp_path):
+def test_a_finished_run_refuses_a_changed_config(smoke_run, tmp_path):
     result = train(smoke_run, "--set", "method.wtp.epochs=4")
-    assert result.returncode == 2 and "different config (changed: ['method.wtp.epochs'])" in result.stderr
+    assert result.returncode == 2 and "already trained with another config (changed: ['method.wtp.epochs'])" in \
+        result.stderr and "nothing was retrained" in result.stderr
 
 
 def test_eval_reproduces_the_training_metrics(smoke_run, tmp_path):
