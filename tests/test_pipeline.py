@@ -10,8 +10,6 @@ import time
 from pathlib import Path
 
 import pytest
-
-from norga.errors import NorgaError
 import torch
 
 from faults import assert_same_metrics
@@ -20,6 +18,7 @@ from norga.config import load_config
 from norga.engine.evaluate import evaluate_task
 from norga.engine.run_folder import RunDir
 from norga.data import DataError
+from norga.errors import NorgaError
 
 pytestmark = pytest.mark.integration  # trains whole runs: outside the fast loop (-m "not slow and not integration")
 
