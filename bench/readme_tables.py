@@ -48,8 +48,8 @@ MARKER = re.compile(r"<!-- bench:([\w-]+) -->\n(.*?)<!-- /bench:([\w-]+) -->", r
 MATCHED = ["lora_moe", "mh_moe", "lora_moe_k16_top5"]
 H_SWEEP = ["mh_moe_h2", "mh_moe_h4", "mh_moe", "mh_moe_h8"]  # H = 2, 4, 6 (the backbone's heads), 8
 HEADWISE = ["norga_headwise", "norga_tanh", "hideprompt"]
-OVERVIEW = ["norga_tanh", "hideprompt", "no_prompt", "simplecil", "ranpac", "sprompt", "dualprompt", "l2p", "coda",
-            "lora_moe", "mh_moe"]
+OVERVIEW = ["norga_tanh", "hideprompt", "no_prompt", "simplecil", "ranpac", "aper", "ease", "sprompt", "dualprompt",
+            "l2p", "coda", "lora_moe", "mh_moe"]
 PAIR_COLUMNS = ("FA", "FM", "TIL_FA")
 
 
@@ -115,7 +115,7 @@ def headwise_pairs(results: Results) -> List[str]:
         real_data_cpu.pair_stat_row(n, p) for n, p in pairs.items()] if pairs else []
 
 
-SIMPLECIL_PAIRS = ["sprompt", "dualprompt", "l2p", "coda", "ranpac", "no_prompt"]
+SIMPLECIL_PAIRS = ["sprompt", "dualprompt", "l2p", "coda", "ranpac", "aper", "ease", "no_prompt"]
 
 
 @block("baselines-vs-simplecil", SIMPLECIL_PAIRS + ["simplecil"])
@@ -125,6 +125,22 @@ def baselines_vs_simplecil(results: Results) -> List[str]:
     names = [f"{a} − simplecil" for a in SIMPLECIL_PAIRS if f"{a} − simplecil" in pairs]
     return table_head("difference", PAIR_COLUMNS) + [
         real_data_cpu.pair_stat_row(n, pairs[n], PAIR_COLUMNS) for n in names] if names else []
+
+
+def method_evidence(arm: str) -> Callable[[Results], List[str]]:
+    """A method page's table: the arm's statistics and its paired differences (regime.yaml's pairs of the arm)."""
+    def table(results: Results) -> List[str]:
+        arms, pairs = results.stats["arms"], results.stats["pairs"]
+        if arm not in arms:
+            return []
+        mine = [n for n in pairs if n.startswith(f"{arm} − ")]
+        return table_head("arm / difference", real_data_cpu.STAT_COLUMNS) + [
+            real_data_cpu.arm_stat_row(arm, arms[arm])] + [real_data_cpu.pair_stat_row(n, pairs[n]) for n in mine]
+    return table
+
+
+for _arm in ("aper", "ease"):
+    block(f"{_arm}-evidence", [_arm])(method_evidence(_arm))
 
 
 CROSSCHECK_MISSING = "run `python -m bench.crosscheck.training --collect DIR` (docs/crosscheck.md, \"Repeat it\")"

@@ -1,0 +1,126 @@
+"""APER (ADAM) as a registered method: tune on the first task only, then prototypes of [frozen, tuned] features.
+
+Task 0: the frozen ViT gets one tuning (``method.tuning``: parallel bottleneck adapters, VPT-deep prompts or SSF;
+:mod:`norga.models.adapters`), trained with a cosine head on task 0's classes (:mod:`.adapter_stage`), then frozen
+for good. From then on nothing is trained. Every task t (task 0 included) adds the prototypes of its classes:
+for class c, p_c = [mean f(x), mean g(x)] (2D,) over c's un-augmented training images, with f the frozen
+backbone and g the tuned one (the same backbone with the tuning switched on). A test sample's logits are
+cos([f(x), g(x)], p_c) (the cosine of the whole 2D vectors); classes not learned yet score -inf. It infers no
+task id; its true-task logits are the same logits (the evaluation restricts them to the task's classes).
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, List
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..models.adapters import add_adapters, attach_adapter_blocks, attach_deep_prompts, attach_ssf
+from ..toolkit.stages import extract_features
+from . import register_method
+from .adapter_stage import TunedView, cached_features, class_means, train_with_cosine_head
+from .base import Method, Prediction, TaskLoaders, TestBatch, check_blocks
+
+TUNED = 0  # the tuning index of the adapted branch (APER has one)
+
+
+def concat_cosine(feats: Tensor, prototypes: Tensor) -> Tensor:
+    """(B, E) features, (C, E) prototypes -> (B, C) cosine similarities (each E-vector normalised as a whole)."""
+    return F.normalize(feats, dim=-1) @ F.normalize(prototypes, dim=-1).T
+
+
+@register_method("aper")
+class APER(Method):
+    """Tuning parameters ``tuned`` (trained on task 0 only), prototypes (C, 2D) = [frozen mean, tuned mean],
+    ``learned`` (C,)."""
+
+    def __init__(self, vit, task_classes, cfg, device):
+        super().__init__(vit, task_classes, cfg, device)
+        c = self.c = cfg.method
+        self.model = self.frozen_token_model(vit)  # freezes every backbone weight before the tuning exists
+        self.layers = list(range(len(vit.blocks))) if c.tuned_layers is None else [int(i) for i in c.tuned_layers]
+        check_blocks(vit, {"method.tuned_layers": self.layers})
+        dim = self.model.embed_dim
+        self.tuned = nn.ModuleList(w.tuned for w in self._attach(self.model.vit, dim))
+        self.prototypes = torch.zeros(self.num_classes, 2 * dim, device=device)
+        self.learned = torch.zeros(self.num_classes, dtype=torch.bool, device=device)
+
+    def _attach(self, vit, dim: int) -> List[nn.Module]:
+        c = self.c
+        if c.tuning == "adapter":
+            blocks = attach_adapter_blocks(vit, self.layers)
+            add_adapters(blocks, dim, c.bottleneck, c.adapter_scale, c.adapter_dropout)
+            return blocks
+        if c.tuning == "vpt_deep":
+            return attach_deep_prompts(vit, self.layers, c.prompt_length)
+        return attach_ssf(vit, self.layers)
+
+    @property
+    def train_batch_size(self) -> int:
+        return self.c.batch_size
+
+    def learn_task(self, task: int, loaders: TaskLoaders) -> None:
+        if task == 0:
+            self._tune(loaders)
+        frozen, labels = extract_features(TunedView(self.model, None), loaders.train_plain, self.device,
+                                          desc="frozen feats")
+        tuned, tuned_labels = extract_features(TunedView(self.model, TUNED), loaders.train_plain, self.device,
+                                               desc="tuned feats")
+        if not torch.equal(labels, tuned_labels):
+            raise RuntimeError("the un-augmented training loader changed its order between two passes")
+        classes = self.task_classes[task]
+        self.prototypes[classes] = class_means(torch.cat([frozen, tuned], dim=1), labels, classes).to(self.device)
+        self.learned[classes] = True
+
+    def _tune(self, loaders: TaskLoaders) -> None:
+        """Train the tuning on task 0 with a cosine head over its classes, then freeze it."""
+        params = [p for p in self.tuned.parameters()]
+        for p in params:
+            p.requires_grad_(True)
+        view = TunedView(self.model, TUNED)
+        self.model.eval()  # the frozen backbone stays in eval mode; the tuning modules train
+        train_with_cosine_head("aper", 0, view, params, self.task_classes[0], self.num_classes, loaders.train,
+                               self.c, self.model.embed_dim, self.device, [self.tuned], self.config_key("lr"))
+        self.freeze_tuning()
+
+    def freeze_tuning(self) -> None:
+        for p in self.tuned.parameters():
+            p.requires_grad_(False)
+        self.tuned.eval()
+
+    def features(self, batch: TestBatch, cache: Any) -> Tensor:
+        """(B, 2D) [frozen, tuned] features of a test batch (both final once task 0 is learned, so cached)."""
+        frozen = cached_features(self.model, batch, cache, None, self.device)
+        tuned = cached_features(self.model, batch, cache, TUNED, self.device)
+        return torch.cat([frozen, tuned], dim=1)
+
+    def logits(self, feats: Tensor) -> Tensor:
+        """(B, 2D) features -> (B, C) cosine to the prototypes; -inf for classes not learned yet."""
+        return concat_cosine(feats, self.prototypes).masked_fill(~self.learned, float("-inf"))
+
+    def predict_batch(self, batch: TestBatch, cache: Any) -> Prediction:
+        logits = self.logits(self.features(batch, cache))
+        return Prediction(logits, logits)
+
+    def state_dict(self, task: int) -> Dict[str, Any]:
+        return {"tuned": {k: v.cpu() for k, v in self.tuned.state_dict().items()},
+                "prototypes": self.prototypes.cpu(), "learned": self.learned.cpu()}
+
+    def load_state_dict(self, state: Dict[str, Any], with_training_state: bool = True) -> None:
+        self.tuned.load_state_dict(state["tuned"])
+        self.freeze_tuning()  # every checkpoint comes after task 0
+        self.prototypes.copy_(state["prototypes"].to(self.device))
+        self.learned.copy_(state["learned"].to(self.device))
+
+    def describe(self) -> Dict[str, Any]:
+        return {"name": self.name, "tuning": self.c.tuning, "tuned_layers": self.layers,
+                "tuned_parameters": sum(p.numel() for p in self.tuned.parameters()),
+                "prototypes": int(self.learned.sum())}
+
+    def summary(self) -> str:
+        c = self.c
+        what = {"adapter": f"adapters (r={c.bottleneck}, scale {c.adapter_scale:g})",
+                "vpt_deep": f"VPT-deep ({c.prompt_length} tokens a block)", "ssf": "SSF"}[c.tuning]
+        return (f"method: aper ({what} on blocks {self.layers}, tuned on task 0 only for {c.epochs} epochs; "
+                f"cosine to prototypes of [frozen, tuned] features)")
