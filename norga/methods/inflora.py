@@ -86,7 +86,7 @@ def _removed_directions(ratios: Tensor, accumulated: float, threshold: float) ->
 def grow_memory(memory: Memory, activation: Tensor, threshold: float) -> Memory:
     """One DualGPM update of a memory with a new task's representation matrix ``activation`` (D, D)."""
     basis, kind = memory
-    total = torch.linalg.svdvals(activation).pow(2).sum()
+    total = activation.pow(2).sum()  # the sum of squared singular values: the squared Frobenius norm
     inside = basis @ (basis.T @ activation)
     if kind == "remove":  # add the new directions needed to reach the threshold of the total energy
         u, s, _ = torch.linalg.svd(activation - inside, full_matrices=False)
