@@ -212,3 +212,11 @@ def test_config_errors_name_the_fix():
         load_config(INFLORA_SMOKE, ["method.threshold_end=0.9"])
     with pytest.raises(ConfigError, match="method.lora_layers"):
         build_run_parts(load_config(INFLORA_SMOKE, ["method.lora_layers=[0, 5]"]))
+
+
+@pytest.mark.slow
+def test_kill_and_resume_gives_the_uninterrupted_metrics(tmp_path):
+    from faults import assert_kill_then_resume_matches, tiny_method_args
+
+    method = "method={name: inflora, rank: 4, epochs: 2, batch_size: 16, lr: 0.01}"
+    assert_kill_then_resume_matches(lambda out: tiny_method_args(out, method), "bar:inflora:2", tmp_path)
