@@ -32,7 +32,8 @@ class InfLoRAConfig(MethodConfig):
     threshold_end: float = _f(1.0, gt=0.0, le=1.0)  # official "lame": 1.0 in every config
     epochs: int = _f(20, ge=0)  # official: 20 (cifar100), 50 (ImageNet-R) epochs per task
     lr: float = _f(5e-4, gt=0.0)  # Adam (betas 0.9 / 0.999); official: 0.0005 in every InfLoRA config
-    weight_decay: float = _f(0.0, ge=0.0)  # official: 0.0
+    # official: 0.0. Applies to B and the whole head (the official per-task heads decay only the task's slice)
+    weight_decay: float = _f(0.0, ge=0.0)
     batch_size: int = _f(128, ge=1)  # official: 128
     # coda_cosine: the official CosineSchedule, lr * cos(0.99 (pi / 2) e / (E - 1)) per epoch; constant: no decay
     schedule: str = _f("coda_cosine", choices=("coda_cosine", "constant", "cosine"))

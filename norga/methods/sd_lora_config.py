@@ -37,7 +37,8 @@ class SDLoRAConfig(MethodConfig):
     normalise: str = _f("factors", choices=("factors", "product"))
     epochs: int = _f(20, ge=0)  # official exps/sdlora_c100.json and sdlora_inr.json: 20
     lr: float = _f(8e-3, gt=0.0)  # SGD momentum 0.9, constant; official: 8e-3 (CIFAR-100), 1e-2 (ImageNet-R)
-    weight_decay: float = _f(0.0, ge=0.0)  # official _train: SGD without weight decay
+    # official _train: SGD without weight decay; when set, it also decays the rows of earlier tasks' classes
+    weight_decay: float = _f(0.0, ge=0.0)
     momentum: float = _f(0.9, ge=0.0, le=1.0)  # official: 0.9
     batch_size: int = _f(128, ge=1)  # official: 128
     grad_clip: Optional[float] = _f(None, gt=0.0)  # max gradient norm (null: off; official: none)
