@@ -48,8 +48,8 @@ MARKER = re.compile(r"<!-- bench:([\w-]+) -->\n(.*?)<!-- /bench:([\w-]+) -->", r
 MATCHED = ["lora_moe", "mh_moe", "lora_moe_k16_top5"]
 H_SWEEP = ["mh_moe_h2", "mh_moe_h4", "mh_moe", "mh_moe_h8"]  # H = 2, 4, 6 (the backbone's heads), 8
 HEADWISE = ["norga_headwise", "norga_tanh", "hideprompt"]
-OVERVIEW = ["norga_tanh", "hideprompt", "no_prompt", "simplecil", "ranpac", "aper", "ease", "sprompt", "dualprompt",
-            "l2p", "coda", "lora_moe", "mh_moe"]
+OVERVIEW = ["norga_tanh", "hideprompt", "no_prompt", "simplecil", "ranpac", "aper", "ease", "inflora", "sd_lora",
+            "sprompt", "dualprompt", "l2p", "coda", "lora_moe", "mh_moe"]
 PAIR_COLUMNS = ("FA", "FM", "TIL_FA")
 
 
@@ -115,7 +115,7 @@ def headwise_pairs(results: Results) -> List[str]:
         real_data_cpu.pair_stat_row(n, p) for n, p in pairs.items()] if pairs else []
 
 
-SIMPLECIL_PAIRS = ["sprompt", "dualprompt", "l2p", "coda", "ranpac", "aper", "ease", "no_prompt"]
+SIMPLECIL_PAIRS = ["sprompt", "dualprompt", "l2p", "coda", "ranpac", "aper", "ease", "inflora", "sd_lora", "no_prompt"]
 
 
 @block("baselines-vs-simplecil", SIMPLECIL_PAIRS + ["simplecil"])
@@ -141,6 +141,18 @@ def method_evidence(arm: str) -> Callable[[Results], List[str]]:
 
 for _arm in ("aper", "ease"):
     block(f"{_arm}-evidence", [_arm])(method_evidence(_arm))
+
+
+LORA_ARMS = ["inflora", "sd_lora"]
+
+
+@block("lora-pairs", LORA_ARMS + ["norga_tanh", "no_prompt", "simplecil"])
+def lora_pairs(results: Results) -> List[str]:
+    """Paired differences of the LoRA arms (InfLoRA, SD-LoRA) against norga_tanh, no_prompt and simplecil."""
+    pairs = results.stats["pairs"]
+    names = [n for n in pairs if n.split(" − ")[0] in LORA_ARMS]
+    return table_head("difference", PAIR_COLUMNS) + [
+        real_data_cpu.pair_stat_row(n, pairs[n], PAIR_COLUMNS) for n in names] if names else []
 
 
 CROSSCHECK_MISSING = "run `python -m bench.crosscheck.training --collect DIR` (docs/crosscheck.md, \"Repeat it\")"
