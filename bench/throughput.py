@@ -30,18 +30,18 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Dict, List
+from typing import Dict, List
 
 import torch
 
 from bench.attention import peak_bytes  # the profiler replay of bench/attention.py
 from norga.config import load_config
 from norga.models import PromptedViT, PromptPool
+from norga.reproduce.estimate import backbone_passes, median_seconds  # the passes the estimates time
 from norga.toolkit.devices import resolve_device
 
 REPO = Path(__file__).resolve().parents[1]
@@ -50,19 +50,6 @@ from norga.models.compilation import compile_mode  # noqa: E402
 from norga.models.precision import amp_mode  # noqa: E402
 
 DEFAULT_PREFIX = {"prompt_layers": [0, 1, 2, 3, 4], "prompt_length": 5, "gate": {"name": "norga"}}
-
-
-def median_seconds(step: Callable[[], None], steps: int, sync: Callable[[], None]) -> float:
-    """Median wall-clock seconds of ``step`` over ``steps`` calls after one warm-up (``sync`` waits for the device)."""
-    step()
-    sync()
-    times = []
-    for _ in range(steps):
-        start = time.perf_counter()
-        step()
-        sync()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def prefix_settings(cfg) -> dict:
@@ -91,26 +78,11 @@ def measure(model, pool, size: int, batch: int, steps: int, device: torch.device
     """One row: images/s of the three passes and the training step's peak memory (MiB)."""
     x = torch.randn(batch, 3, size, size, device=device)
     ids = torch.arange(batch) % pool.num_tasks
-    params = list(pool.parameters()) + list(model.gate_parameters())
-    optimizer = torch.optim.Adam(params, lr=1e-3)
     cuda = device.type == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
-
-    def train_step():
-        optimizer.zero_grad(set_to_none=True)
-        model(x, pool.gather(ids)).square().mean().backward()
-        optimizer.step()
-
-    def frozen():
-        with torch.no_grad():
-            model(x)
-
-    def evaluate():
-        with torch.no_grad():
-            model(x, pool.gather(ids))
-
-    row = {name: batch / median_seconds(fn, steps, sync)
-           for name, fn in (("train_img_s", train_step), ("frozen_img_s", frozen), ("eval_img_s", evaluate))}
+    passes = backbone_passes(model, pool, x, ids)
+    train_step = passes["train"]
+    row = {f"{name}_img_s": batch / median_seconds(fn, steps, sync) for name, fn in passes.items()}
     if cuda:
         torch.cuda.reset_peak_memory_stats(device)
         train_step()

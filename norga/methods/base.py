@@ -31,6 +31,7 @@ from torch import Tensor, nn
 
 from ..config import ConfigError
 from ..models.gates import GateFactory, resolve_gate_spec
+from ..models.lora_qkv import attach_lora_qkv
 from ..models.prompted_vit import PromptedViT
 from ..toolkit.feature_cache import FeatureCache, frozen_features
 from ..toolkit.heads import class_mask
@@ -209,3 +210,11 @@ def check_blocks(vit: nn.Module, layers: Dict[str, Sequence[int]]) -> None:
         if bad or len(set(blocks)) != len(blocks):
             raise ConfigError(f"{key}={list(blocks)}: needs distinct block indices in [0, {depth - 1}] (this "
                               f"backbone has {depth} blocks); set {key} to blocks it has")
+
+
+def lora_blocks(vit: nn.Module, option: Optional[Sequence[int]], targets: Sequence[str], device) -> tuple:
+    """(block indices, their qkv wrappers) for ``method.lora_layers`` (null: every block), checked against the
+    backbone; ``targets``: which of q, k, v get LoRA branches (InfLoRA: k, v; SD-LoRA: q, v)."""
+    layers = list(range(len(vit.blocks))) if option is None else list(option)
+    check_blocks(vit, {"method.lora_layers": layers})
+    return layers, attach_lora_qkv(vit, layers, targets).to(device)

@@ -24,11 +24,11 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 from torch import Tensor, nn
 
-from ..models.lora_qkv import LoRABranch, attach_lora_qkv, branch_state, load_branches
+from ..models.lora_qkv import LoRABranch, branch_state, load_branches
 from ..toolkit.schedules import epoch_scheduler
 from ..toolkit.training import Stage, cross_entropy_term, run_stage
 from . import register_method
-from .base import Method, Prediction, TaskLoaders, TestBatch, check_blocks
+from .base import Method, Prediction, TaskLoaders, TestBatch, lora_blocks
 
 Memory = Tuple[Tensor, str]  # (basis (D, k) with orthonormal columns, "remove" | "retain")
 
@@ -128,10 +128,7 @@ class InfLoRA(Method):
         super().__init__(vit, task_classes, cfg, device)
         c = self.c = cfg.method
         self.model = self.frozen_token_model(vit)
-        layers = list(range(len(vit.blocks))) if c.lora_layers is None else list(c.lora_layers)
-        check_blocks(vit, {"method.lora_layers": layers})
-        self.layers = layers
-        self.wrappers = attach_lora_qkv(vit, layers, self.targets).to(device)
+        self.layers, self.wrappers = lora_blocks(vit, c.lora_layers, self.targets, device)
         self.head = nn.Linear(self.model.embed_dim, self.num_classes).to(device)
         self.memory: Dict[str, Memory] = {}
 

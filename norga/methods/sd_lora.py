@@ -25,11 +25,11 @@ from typing import Any, Dict, List, Sequence
 import torch
 from torch import Tensor, nn
 
-from ..models.lora_qkv import LoRABranch, LoRAQKV, attach_lora_qkv, branch_state, load_branches
+from ..models.lora_qkv import LoRABranch, LoRAQKV, branch_state, load_branches
 from ..toolkit.schedules import epoch_scheduler
 from ..toolkit.training import Stage, cross_entropy_term, run_stage
 from . import register_method
-from .base import Method, Prediction, TaskLoaders, TestBatch, check_blocks
+from .base import Method, Prediction, TaskLoaders, TestBatch, lora_blocks
 
 
 def direction_norm(branch: LoRABranch, kind: str) -> Tensor:
@@ -69,10 +69,7 @@ class SDLoRA(Method):
         super().__init__(vit, task_classes, cfg, device)
         c = self.c = cfg.method
         self.model = self.frozen_token_model(vit)
-        layers = list(range(len(vit.blocks))) if c.lora_layers is None else list(c.lora_layers)
-        check_blocks(vit, {"method.lora_layers": layers})
-        self.layers = layers
-        self.wrappers = attach_lora_qkv(vit, layers, self.targets).to(device)
+        self.layers, self.wrappers = lora_blocks(vit, c.lora_layers, self.targets, device)
         for wrapper in self.wrappers.values():
             wrapper.coefficients = self.coefficients
         self.magnitudes = nn.ParameterList()

@@ -104,10 +104,32 @@ def measure_rates(cfg) -> Rates:
     size = cfg.data.image_size or vit.patch_embed.img_size[0]
     x = torch.randn(batch, 3, size, size, device=device)
     ids = torch.arange(batch) % 2
-    optimizer = torch.optim.Adam(list(pool.parameters()) + list(model.gate_parameters()), lr=1e-3)
     sync = torch.cuda.synchronize if cuda else (lambda: None)
+    passes = backbone_passes(model, pool, x, ids)
 
-    def train_step():
+    with amp_mode(cfg.amp):
+        if cuda:
+            torch.cuda.reset_peak_memory_stats(device)
+        rates = {name: batch / median_seconds(fn, STEPS, sync) for name, fn in passes.items()}
+        if not cuda:
+            return Rates(str(device), cfg.amp, rates["train"], rates["frozen"], rates["eval"], None, batch)
+        peak = torch.cuda.max_memory_allocated(device) / 2 ** 20
+        small_step = backbone_passes(model, pool, x[:8], ids[:8])["train"]  # the peak's growth per image
+        torch.cuda.reset_peak_memory_stats(device)
+        small_step()
+        sync()
+        per_image = max(peak - torch.cuda.max_memory_allocated(device) / 2 ** 20, 0.0) / (batch - 8)
+    return Rates(str(device), cfg.amp, rates["train"], rates["frozen"], rates["eval"], peak, batch, per_image)
+
+
+def backbone_passes(model, pool, x, ids) -> dict:
+    """The three timed passes of a prompted backbone on images ``x`` (B, 3, H, W) with prompts ``ids`` (B,):
+    ``train`` (an Adam step on the prompts and gates), ``frozen`` and ``eval`` (forwards without / with prompts)."""
+    import torch
+
+    optimizer = torch.optim.Adam(list(pool.parameters()) + list(model.gate_parameters()), lr=1e-3)
+
+    def train():
         optimizer.zero_grad(set_to_none=True)
         model(x, pool.gather(ids)).square().mean().backward()
         optimizer.step()
@@ -120,28 +142,15 @@ def measure_rates(cfg) -> Rates:
         with torch.no_grad():
             model(x, pool.gather(ids))
 
-    with amp_mode(cfg.amp):
-        if cuda:
-            torch.cuda.reset_peak_memory_stats(device)
-        rates = {name: batch / _median_seconds(fn, sync) for name, fn in
-                 (("train", train_step), ("frozen", frozen), ("eval", evaluate))}
-        if not cuda:
-            return Rates(str(device), cfg.amp, rates["train"], rates["frozen"], rates["eval"], None, batch)
-        peak = torch.cuda.max_memory_allocated(device) / 2 ** 20
-        x, ids = x[:8], ids[:8]  # a second, smaller step: the peak's growth per image
-        torch.cuda.reset_peak_memory_stats(device)
-        train_step()
-        sync()
-        per_image = max(peak - torch.cuda.max_memory_allocated(device) / 2 ** 20, 0.0) / (batch - 8)
-    return Rates(str(device), cfg.amp, rates["train"], rates["frozen"], rates["eval"], peak, batch, per_image)
+    return {"train": train, "frozen": frozen, "eval": evaluate}
 
 
-def _median_seconds(step, sync) -> float:
-    """Median seconds of ``step`` over STEPS calls after one warm-up."""
+def median_seconds(step, steps: int, sync) -> float:
+    """Median wall-clock seconds of ``step`` over ``steps`` calls after one warm-up (``sync`` waits for the device)."""
     step()
     sync()
     times = []
-    for _ in range(STEPS):
+    for _ in range(steps):
         start = time.perf_counter()
         step()
         sync()
