@@ -88,7 +88,7 @@ class RanPAC(Method):
 
     def learn_task(self, task: int, loaders: TaskLoaders) -> None:
         if task == 0 and self.tuned is not None:
-            self._first_session(loaders)
+            self._first_session(task, loaders)
         feats, labels = extract_features(TunedView(self.model, self.active), loaders.train_plain, self.device,
                                          desc="backbone feats")
         missing = [c for c in self.task_classes[task] if not (labels == c).any()]
@@ -105,9 +105,10 @@ class RanPAC(Method):
         self.head = ridge_solve(self.gram, self.targets, ridge)
         self.learned[self.task_classes[task]] = True
 
-    def _first_session(self, loaders: TaskLoaders) -> None:
-        """Phase 1: train the tuning on task 0's augmented images with a cosine head over its classes; freeze it."""
-        tune_first_task("ranpac", self.model, self.tuned, self.task_classes[0], self.num_classes, loaders.train,
+    def _first_session(self, task: int, loaders: TaskLoaders) -> None:
+        """Phase 1 (task 0 only): train the tuning on the task's augmented images with a cosine head over its
+        classes; freeze it."""
+        tune_first_task("ranpac", self.model, self.tuned, self.task_classes[task], self.num_classes, loaders.train,
                         self.cfg.method.first_session, self.device, self.config_key("first_session.lr"))
 
     def logits(self, feats: Tensor) -> Tensor:
