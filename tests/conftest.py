@@ -20,6 +20,25 @@ def tiny_vit(seed: int = 0, **overrides):
     return timm.create_model("vit_base_patch16_224", **kwargs)
 
 
+def timm_features(vit, x):
+    """timm's own pre-logits features (B, D) of images x (B, 3, H, W)."""
+    return vit.forward_head(vit.forward_features(x), pre_logits=True)
+
+
+def adapted_by_hand(vit, x, adapters, scale: float = 0.1):
+    """Features (B, D) of the tiny ViT (no layer scale, no drop path) with adapter ``adapters[i]`` (a state dict of
+    ``down``/``up`` weights and biases) beside block i's MLP, written out: h = x + attn(norm1(x));
+    out = h + mlp(norm2(h)) + scale * up(relu(down(h))); then the final norm and the class token.
+    Blocks may be wrapped (their timm block is ``.block``)."""
+    tokens = vit.norm_pre(vit._pos_embed(vit.patch_embed(x)))
+    for i, a in enumerate(adapters):
+        b = getattr(vit.blocks[i], "block", vit.blocks[i])
+        h = tokens + b.attn(b.norm1(tokens))
+        side = torch.relu(h @ a["down.weight"].T + a["down.bias"]) @ a["up.weight"].T + a["up.bias"]
+        tokens = h + b.mlp(b.norm2(h)) + scale * side
+    return vit.norm(tokens)[:, 0]
+
+
 @pytest.fixture
 def shared_dir() -> Path:
     if not SHARED.is_dir():

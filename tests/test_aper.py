@@ -10,77 +10,59 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import build_run_parts, loaders_of, tiny_vit
+from conftest import adapted_by_hand, build_run_parts, loaders_of, timm_features, tiny_vit
 from norga.config import ConfigError, load_config
 from norga.methods.aper import concat_cosine
-from norga.models.adapters import (AdaptedBlock, add_adapters, attach_adapter_blocks, attach_deep_prompts, attach_ssf,
-                                   tuning)
+from norga.models.adapters import add_adapters, attach_adapter_blocks, attach_deep_prompts, attach_ssf, tuning
 
 APER_SMOKE = Path(__file__).resolve().parents[1] / "configs" / "smoke" / "aper.yaml"
-
-
-def _timm_features(vit, x):
-    """timm's own pre-logits features (B, D)."""
-    return vit.forward_head(vit.forward_features(x), pre_logits=True)
-
-
-def _adapted_by_hand(vit, x, adapters):
-    """The tiny ViT (no layer scale, no drop path) with adapter a_i beside block i's MLP, written out:
-    h = x + attn(norm1(x)); out = h + mlp(norm2(h)) + scale * up(relu(down(h))); then norm, class token."""
-    tokens = vit.norm_pre(vit._pos_embed(vit.patch_embed(x)))
-    for i, a in enumerate(adapters):
-        b = vit.blocks[i].block if isinstance(vit.blocks[i], AdaptedBlock) else vit.blocks[i]
-        h = tokens + b.attn(b.norm1(tokens))
-        side = torch.relu(h @ a["down.weight"].T + a["down.bias"]) @ a["up.weight"].T + a["up.bias"]
-        tokens = h + b.mlp(b.norm2(h)) + 0.1 * side
-    return vit.norm(tokens)[:, 0]
 
 
 def test_an_adapter_block_is_timm_when_off_and_the_parallel_formula_when_on():
     vit = tiny_vit()
     x = torch.randn(3, 3, 32, 32)
-    plain = _timm_features(vit, x)
+    plain = timm_features(vit, x)
     blocks = attach_adapter_blocks(vit, [0, 1])
     add_adapters(blocks, 64, 8, 0.1, 0.0)
     for b in blocks:  # a fresh adapter adds nothing (up is zero); give it weights that do
         torch.nn.init.normal_(b.tuned[0].up.weight)
         torch.nn.init.normal_(b.tuned[0].up.bias)
     vit.eval()
-    assert torch.equal(_timm_features(vit, x), plain)  # no tuning active: timm's block
+    assert torch.equal(timm_features(vit, x), plain)  # no tuning active: timm's block
     with tuning(vit, 0):
-        on = _timm_features(vit, x)
-    by_hand = _adapted_by_hand(vit, x, [b.tuned[0].state_dict() for b in blocks])
+        on = timm_features(vit, x)
+    by_hand = adapted_by_hand(vit, x, [b.tuned[0].state_dict() for b in blocks])
     assert torch.allclose(on, by_hand, atol=1e-5) and not torch.allclose(on, plain, atol=1e-3)
 
 
 def test_vpt_deep_appends_tokens_to_every_block_and_drops_them_after():
     vit = tiny_vit()
     x = torch.randn(2, 3, 32, 32)
-    plain = _timm_features(vit, x)
+    plain = timm_features(vit, x)
     wrapped = attach_deep_prompts(vit, [0, 1], 3)
     for w in wrapped:
         torch.nn.init.normal_(w.tuned.tokens)
     vit.eval()
-    assert torch.equal(_timm_features(vit, x), plain)
+    assert torch.equal(timm_features(vit, x), plain)
     tokens = vit.norm_pre(vit._pos_embed(vit.patch_embed(x)))
     for w in wrapped:
         n = tokens.shape[1]
         tokens = w.block(torch.cat([tokens, w.tuned.tokens.expand(2, -1, -1)], dim=1))[:, :n]
     with tuning(vit, 0):
-        assert torch.allclose(_timm_features(vit, x), vit.norm(tokens)[:, 0], atol=1e-5)
+        assert torch.allclose(timm_features(vit, x), vit.norm(tokens)[:, 0], atol=1e-5)
 
 
 def test_ssf_scales_and_shifts_the_official_places():
     vit = tiny_vit()
     x = torch.randn(2, 3, 32, 32)
-    plain = _timm_features(vit, x)
+    plain = timm_features(vit, x)
     wrapped = attach_ssf(vit, [0, 1])
     assert len(wrapped) == 1 + 6 * 2 + 1  # patch projection, 6 per block, final norm
     vit.eval()
-    assert torch.equal(_timm_features(vit, x), plain)
+    assert torch.equal(timm_features(vit, x), plain)
     z = torch.randn(4, 64)
     with tuning(vit, 0):
-        assert not torch.allclose(_timm_features(vit, x), plain, atol=1e-4)
+        assert not torch.allclose(timm_features(vit, x), plain, atol=1e-4)
         final = vit.norm
         assert torch.allclose(final(z), final.module(z) * final.tuned.scale + final.tuned.shift)
         conv = vit.patch_embed.proj  # a conv: scale and shift per output channel (dim 1)
@@ -121,7 +103,7 @@ def test_prototypes_are_frozen_and_adapted_means_by_hand(aper_run):
 
     def both(x):
         with torch.no_grad():
-            return torch.cat([_timm_features(vit, x), _adapted_by_hand(vit, x, adapters)], dim=1)
+            return torch.cat([timm_features(vit, x), adapted_by_hand(vit, x, adapters)], dim=1)
 
     protos = torch.zeros_like(final["prototypes"])
     for task in range(3):

@@ -11,10 +11,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import build_run_parts, loaders_of
+from conftest import adapted_by_hand, build_run_parts, loaders_of
 from norga.config import ConfigError, load_config
 from norga.methods.ease import complement, subspace_weights, synthesise
-from test_aper import _adapted_by_hand
 
 EASE_SMOKE = Path(__file__).resolve().parents[1] / "configs" / "smoke" / "ease.yaml"
 
@@ -115,7 +114,7 @@ def test_prototypes_complement_and_accuracy_by_hand(ease_run):
 
     def phi(x, k):
         with torch.no_grad():
-            return _adapted_by_hand(vit, x, [_adapter(final, b, k) for b in range(2)])
+            return adapted_by_hand(vit, x, [_adapter(final, b, k) for b in range(2)])
 
     protos = torch.zeros(6, 3, 64)
     for t in range(3):

@@ -1,20 +1,30 @@
 """RanPAC (norga/methods/ranpac.py): the ridge classifier, its incremental update, the fixed projection, the
-choice of lambda and per-sample predictions, each against a hand computation on a tiny input."""
+choice of lambda and per-sample predictions, each against a hand computation on a tiny input; and the optional
+first session (method.first_session): the tuning trains on task 0 only, and every feature, statistic and logit
+afterwards is recomputed by hand through the adapted blocks."""
 from __future__ import annotations
 
 from pathlib import Path
 
+import json
+
 import pytest
 import torch
 
-from conftest import build_run_parts, loaders_of
+from conftest import (adapted_by_hand, assert_predictions_per_sample, assert_reevaluation_identical, build_run_parts,
+                      loaders_of, timm_features)
 from norga.config import ConfigError, load_config
 from norga.engine import evaluate_run, run_training
 from norga.methods.base import TestBatch as Batch
+from norga.methods.adapter_stage import TunedView
 from norga.methods.ranpac import random_features, ridge_solve, select_ridge
+from norga.models.adapters import wrappers
 from norga.toolkit.stages import extract_features
 
 RANPAC_SMOKE = Path(__file__).resolve().parents[1] / "configs" / "smoke" / "ranpac.yaml"
+FIRST = "method.first_session."
+ADAPTER = [FIRST + "tuning=adapter", FIRST + "bottleneck=8", FIRST + "epochs=2", FIRST + "batch_size=8",
+           FIRST + "lr=0.05"]  # the adapted smoke run: adapters of width 8 on both blocks, 2 epochs on task 0
 
 
 def test_ridge_solve_is_the_closed_form_on_a_2x2_case():
@@ -129,3 +139,118 @@ def test_config_errors_name_the_fix():
         load_config(RANPAC_SMOKE, ["method.val_fraction=1.0"])
     with pytest.raises(ConfigError, match="method.ridges"):
         load_config(RANPAC_SMOKE, ["method.ridges=[]"])
+    with pytest.raises(ConfigError, match="method.first_session.tuning"):
+        load_config(RANPAC_SMOKE, [FIRST + "tuning=lora"])
+    with pytest.raises(ConfigError, match="method.first_session.min_lr"):
+        load_config(RANPAC_SMOKE, [FIRST + "min_lr=1.0"])
+
+
+# ---- the first session (phase 1) -------------------------------------------------------------------------------
+
+
+def test_without_a_first_session_nothing_is_wrapped_or_saved(ranpac_run):
+    """The default (tuning: none) attaches no tuning: the features are timm's frozen ones, no tuning is saved."""
+    cfg, out, metrics = ranpac_run
+    assert cfg.method.first_session.tuning == "none"
+    _, bench, method = build_run_parts(cfg)
+    assert method.tuned is None and not list(wrappers(method.model))
+    x, _ = next(iter(loaders_of(cfg, bench, method, 0).test))
+    vit = method.model.vit.eval()
+    with torch.no_grad():
+        assert torch.equal(method.model(x), timm_features(vit, x))
+    state = torch.load(out / "checkpoints" / "task_02.pt", weights_only=True)["method"]
+    assert "tuned" not in state and "first_session" not in metrics["method"]
+    assert not (out / "epochs.jsonl").exists() or "ranpac" not in (out / "epochs.jsonl").read_text()
+
+
+@pytest.fixture(scope="module")
+def adapted_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("runs") / "ranpac_adapter"
+    cfg = load_config(RANPAC_SMOKE, ADAPTER)
+    return cfg, out, run_training(cfg, out)
+
+
+def _states(out):
+    return [torch.load(p, weights_only=True)["method"] for p in sorted((out / "checkpoints").glob("task_*.pt"))]
+
+
+def test_the_first_session_trains_on_task_0_only(adapted_run):
+    cfg, out, metrics = adapted_run
+    _, _, fresh = build_run_parts(cfg)
+    states = _states(out)
+    init = fresh.tuned.state_dict()
+    assert len(states) == 3 and set(states[0]["tuned"]) == set(init)
+    assert any(not torch.equal(init[k], states[0]["tuned"][k]) for k in init if "up.weight" in k)  # task 0 trained
+    for later in states[1:]:
+        assert all(torch.equal(states[0]["tuned"][k], later["tuned"][k]) for k in init)
+    log = [json.loads(line) for line in (out / "epochs.jsonl").read_text().splitlines()]
+    assert {row["task"] for row in log if row["stage"] == "ranpac"} == {0}
+    assert len([row for row in log if row["stage"] == "ranpac"]) == cfg.method.first_session.epochs
+    assert metrics["method"]["first_session"] == "adapter" and metrics["method"]["tuned_layers"] == [0, 1]
+
+
+def _by_hand(method, state, images):
+    """Adapted features (N, D) of ``images`` from the written-out blocks with the saved adapters."""
+    adapters = [{k.split(".", 2)[2]: v for k, v in state["tuned"].items() if k.startswith(f"{i}.0.")}
+                for i in range(len(method.model.vit.blocks))]
+    with torch.no_grad():
+        return adapted_by_hand(method.model.vit.eval(), images, adapters, 0.1)
+
+
+def test_features_statistics_and_logits_come_from_the_adapted_backbone(adapted_run):
+    """G, C and W_o equal a batch solve on features recomputed through the adapters by hand; the projection is the
+    no-adaptation run's (drawn from the seed, untouched by phase 1); test logits are h(adapted) W_o."""
+    cfg, out, metrics = adapted_run
+    _, bench, method = build_run_parts(cfg)
+    states = _states(out)
+    final = states[-1]
+    xs, ys = zip(*(b for t in range(3) for b in loaders_of(cfg, bench, method, t).train_plain))
+    feats, labels = _by_hand(method, final, torch.cat(xs)), torch.cat(ys)
+    with torch.no_grad():
+        frozen = timm_features(method.model.vit.eval(), torch.cat(xs))
+    assert not torch.allclose(feats, frozen, atol=1e-3)  # the adapters change the features
+    plain = build_run_parts(load_config(RANPAC_SMOKE))[2]
+    assert all(torch.equal(s["projection"], plain.projection) for s in states)
+    h = torch.relu(feats.double() @ plain.projection.double())
+    y = torch.nn.functional.one_hot(labels, method.num_classes).double()
+    gram, targets = h.T @ h, h.T @ y
+    eye = torch.eye(len(gram), dtype=torch.float64)
+    head = torch.linalg.inv(gram + metrics["method"]["ridges"][-1] * eye) @ targets
+    assert torch.allclose(final["gram"], gram, rtol=1e-6, atol=1e-4)
+    assert torch.allclose(final["targets"], targets, rtol=1e-6, atol=1e-4)
+    assert torch.allclose(final["head"], head, rtol=1e-4, atol=1e-5)
+    method.load_state_dict(final, with_training_state=False)
+    images, _ = next(iter(loaders_of(cfg, bench, method, 1).test))
+    seen = torch.ones(method.num_classes, dtype=torch.bool)
+    logits = method.predict(Batch(images, 1, torch.arange(len(images)), len(images), seen)).logits
+    by_hand = (torch.relu(_by_hand(method, final, images).double() @ plain.projection.double()) @ head).float()
+    assert torch.allclose(logits, by_hand, rtol=1e-4, atol=1e-4)
+
+
+def test_the_adapted_run_keeps_the_contract(adapted_run):
+    """Per-sample predictions and identical re-evaluation from the checkpoints (the contract tests' checks)."""
+    cfg, out, metrics = adapted_run
+    assert_predictions_per_sample(cfg, out, 2)
+    assert_reevaluation_identical(out, metrics)
+
+
+@pytest.mark.parametrize("kind", ["vpt_deep", "ssf"])
+def test_prompts_and_ssf_train_on_task_0_and_only_they_move(kind, tmp_path):
+    """The tuning moves in task 0 only; the untouched backbone of a fresh build with the saved tuning switched on
+    reproduces the run's Gram matrix (so no backbone weight trained, and the features are the tuned ones)."""
+    cfg = load_config(RANPAC_SMOKE, [FIRST + f"tuning={kind}", FIRST + "epochs=1", FIRST + "batch_size=8",
+                                     FIRST + "lr=0.05"])
+    run_training(cfg, tmp_path / kind)
+    _, bench, fresh = build_run_parts(cfg)
+    states = _states(tmp_path / kind)
+    init = fresh.tuned.state_dict()
+    assert any(not torch.equal(init[k], states[0]["tuned"][k]) for k in init)
+    assert all(torch.equal(states[0]["tuned"][k], states[2]["tuned"][k]) for k in init)
+    fresh.load_state_dict(states[2])
+    feats = torch.cat([extract_features(TunedView(fresh.model, 0), loaders_of(cfg, bench, fresh, t).train_plain,
+                                        "cpu")[0] for t in range(3)])
+    h = torch.relu(feats.double() @ fresh.projection.double())
+    assert torch.allclose(states[2]["gram"], h.T @ h, rtol=1e-6, atol=1e-4)
+    frozen = torch.cat([extract_features(fresh.model, loaders_of(cfg, bench, fresh, t).train_plain, "cpu")[0]
+                        for t in range(3)])
+    assert not torch.allclose(feats, frozen, atol=1e-4)

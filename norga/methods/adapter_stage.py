@@ -1,5 +1,5 @@
-"""What APER and EASE share: training tuned parameters through a cosine head on one task's classes, and class
-means of features (their prototypes).
+"""What APER, EASE and RanPAC's first session share: attaching a tuning to the frozen ViT, training tuned
+parameters through a cosine head on one task's classes, and class means of features (their prototypes).
 
 The training stage is the APER/EASE code's: a fresh :class:`~norga.models.adapters.CosineHead` over the task's
 classes (labels mapped to 0..K-1), cross-entropy, SGD with momentum and weight decay on the tuned parameters and
@@ -7,15 +7,52 @@ the head, cosine decay from ``lr`` to ``min_lr`` over the epochs (stepped once p
 """
 from __future__ import annotations
 
-from typing import Callable, List, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..models.adapters import CosineHead, tuning
+from ..models.adapters import (CosineHead, add_adapters, attach_adapter_blocks, attach_deep_prompts, attach_ssf,
+                               tuning)
 from ..toolkit.schedules import epoch_scheduler
 from ..toolkit.training import Stage, run_stage
+from .base import check_blocks
+
+
+def _adapters(vit: nn.Module, layers: Sequence[int], opts, dim: int) -> List[nn.Module]:
+    blocks = attach_adapter_blocks(vit, layers)
+    add_adapters(blocks, dim, opts.bottleneck, opts.adapter_scale, opts.adapter_dropout)
+    return blocks
+
+
+# tuning name (norga.methods.tuning_section.TUNINGS) -> (vit, blocks, opts, D) -> the wrappers it attached
+ATTACH: Dict[str, Callable[..., List[nn.Module]]] = {
+    "adapter": _adapters,
+    "vpt_deep": lambda vit, layers, opts, dim: attach_deep_prompts(vit, layers, opts.prompt_length),
+    "ssf": lambda vit, layers, opts, dim: attach_ssf(vit, layers),
+}
+
+
+def tuned_blocks(vit: nn.Module, option: Optional[Sequence[int]], key: str) -> List[int]:
+    """The block indices of a ``tuned_layers`` option (None: every block), checked against ``vit``."""
+    layers = list(range(len(vit.blocks))) if option is None else [int(i) for i in option]
+    check_blocks(vit, {key: layers})
+    return layers
+
+
+def attach_tuning(vit: nn.Module, kind: str, layers: Sequence[int], opts, dim: int) -> nn.ModuleList:
+    """Wrap ``vit``'s blocks ``layers`` with tuning ``kind`` (options in ``opts``: bottleneck, adapter_scale,
+    adapter_dropout, prompt_length); returns the tuned parameters' modules, one per wrapper (switched on by
+    :func:`~norga.models.adapters.tuning` with index 0)."""
+    return nn.ModuleList(w.tuned for w in ATTACH[kind](vit, layers, opts, dim))
+
+
+def freeze(tuned: nn.Module) -> None:
+    """No gradients and eval mode (no dropout) for every tuned parameter, for good."""
+    for p in tuned.parameters():
+        p.requires_grad_(False)
+    tuned.eval()
 
 
 def class_means(feats: Tensor, labels: Tensor, classes: Sequence[int]) -> Tensor:
@@ -60,6 +97,20 @@ def train_with_cosine_head(name: str, task: int, features: Callable[[Tensor], Te
                            lr_key=lr_key),
                      batches=lambda epoch: loader, forward=forward,
                      terms={"ce": lambda out: F.cross_entropy(out["logits"], out["labels"])})
+
+
+def tune_first_task(name: str, model: nn.Module, tuned: nn.ModuleList, classes: Sequence[int], num_classes: int,
+                    loader, opts, device, lr_key: str) -> List[dict]:
+    """Train ``tuned`` (tuning 0 of ``model``) with a fresh cosine head on task 0's ``classes`` and ``loader``'s
+    augmented (x, y) batches, the frozen backbone in eval mode; then :func:`freeze` it. Returns the epoch history."""
+    params = list(tuned.parameters())
+    for p in params:
+        p.requires_grad_(True)
+    model.eval()  # the frozen backbone stays in eval mode; the tuning modules train
+    history = train_with_cosine_head(name, 0, TunedView(model, 0), params, classes, num_classes, loader, opts,
+                                     model.embed_dim, device, [tuned], lr_key)
+    freeze(tuned)
+    return history
 
 
 class TunedView(nn.Module):

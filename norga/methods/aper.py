@@ -10,17 +10,17 @@ task id; its true-task logits are the same logits (the evaluation restricts them
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List
+from typing import Any, Dict
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
-from ..models.adapters import add_adapters, attach_adapter_blocks, attach_deep_prompts, attach_ssf
 from ..toolkit.stages import extract_features
 from . import register_method
-from .adapter_stage import TunedView, cached_features, class_means, train_with_cosine_head
-from .base import Method, Prediction, TaskLoaders, TestBatch, check_blocks
+from .adapter_stage import (TunedView, attach_tuning, cached_features, class_means, freeze, tune_first_task,
+                            tuned_blocks)
+from .base import Method, Prediction, TaskLoaders, TestBatch
 
 TUNED = 0  # the tuning index of the adapted branch (APER has one)
 
@@ -39,22 +39,11 @@ class APER(Method):
         super().__init__(vit, task_classes, cfg, device)
         c = self.c = cfg.method
         self.model = self.frozen_token_model(vit)  # freezes every backbone weight before the tuning exists
-        self.layers = list(range(len(vit.blocks))) if c.tuned_layers is None else [int(i) for i in c.tuned_layers]
-        check_blocks(vit, {"method.tuned_layers": self.layers})
+        self.layers = tuned_blocks(vit, c.tuned_layers, "method.tuned_layers")
         dim = self.model.embed_dim
-        self.tuned = nn.ModuleList(w.tuned for w in self._attach(self.model.vit, dim))
+        self.tuned = attach_tuning(self.model.vit, c.tuning, self.layers, c, dim)
         self.prototypes = torch.zeros(self.num_classes, 2 * dim, device=device)
         self.learned = torch.zeros(self.num_classes, dtype=torch.bool, device=device)
-
-    def _attach(self, vit, dim: int) -> List[nn.Module]:
-        c = self.c
-        if c.tuning == "adapter":
-            blocks = attach_adapter_blocks(vit, self.layers)
-            add_adapters(blocks, dim, c.bottleneck, c.adapter_scale, c.adapter_dropout)
-            return blocks
-        if c.tuning == "vpt_deep":
-            return attach_deep_prompts(vit, self.layers, c.prompt_length)
-        return attach_ssf(vit, self.layers)
 
     @property
     def train_batch_size(self) -> int:
@@ -75,19 +64,8 @@ class APER(Method):
 
     def _tune(self, loaders: TaskLoaders) -> None:
         """Train the tuning on task 0 with a cosine head over its classes, then freeze it."""
-        params = [p for p in self.tuned.parameters()]
-        for p in params:
-            p.requires_grad_(True)
-        view = TunedView(self.model, TUNED)
-        self.model.eval()  # the frozen backbone stays in eval mode; the tuning modules train
-        train_with_cosine_head("aper", 0, view, params, self.task_classes[0], self.num_classes, loaders.train,
-                               self.c, self.model.embed_dim, self.device, [self.tuned], self.config_key("lr"))
-        self.freeze_tuning()
-
-    def freeze_tuning(self) -> None:
-        for p in self.tuned.parameters():
-            p.requires_grad_(False)
-        self.tuned.eval()
+        tune_first_task("aper", self.model, self.tuned, self.task_classes[0], self.num_classes, loaders.train, self.c,
+                        self.device, self.config_key("lr"))
 
     def features(self, batch: TestBatch, cache: Any) -> Tensor:
         """(B, 2D) [frozen, tuned] features of a test batch (both final once task 0 is learned, so cached)."""
@@ -109,7 +87,7 @@ class APER(Method):
 
     def load_state_dict(self, state: Dict[str, Any], with_training_state: bool = True) -> None:
         self.tuned.load_state_dict(state["tuned"])
-        self.freeze_tuning()  # every checkpoint comes after task 0
+        freeze(self.tuned)  # every checkpoint comes after task 0
         self.prototypes.copy_(state["prototypes"].to(self.device))
         self.learned.copy_(state["learned"].to(self.device))
 

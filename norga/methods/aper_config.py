@@ -4,7 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import List, Optional
 
-from ..config import ConfigError, MethodConfig, _f, method_config
+from ..config import MethodConfig, _f, method_config
+from .tuning_section import TUNINGS, check_tuning_options
 
 
 @method_config("aper", module="norga.methods.aper")
@@ -20,7 +21,7 @@ class APERConfig(MethodConfig):
 
     name: str = _f("aper")
     # how task 0 tunes the backbone: official exps aper_aperpter / aper_vpt_deep / aper_ssf (default: the adapter)
-    tuning: str = _f("adapter", choices=("adapter", "vpt_deep", "ssf"))
+    tuning: str = _f("adapter", choices=TUNINGS)
     tuned_layers: Optional[List[int]] = _f(None)  # blocks that get adapters / prompts / SSF; null: every block (official)
     bottleneck: int = _f(64, ge=1)  # adapter width r; official ffn_num: 64
     adapter_scale: float = _f(0.1, gt=0.0)  # adapter output factor; official ffn_adapter_scalar: "0.1"
@@ -34,10 +35,4 @@ class APERConfig(MethodConfig):
     min_lr: float = _f(0.0, ge=0.0)  # end of the cosine decay (CosineAnnealingLR eta_min); official min_lr: 0
 
     def __post_init__(self):
-        if not float(self.momentum) < 1.0:
-            raise ConfigError(f"method.momentum={self.momentum}: SGD momentum must be below 1; official: 0.9")
-        if float(self.min_lr) > float(self.lr):
-            raise ConfigError(f"method.min_lr={self.min_lr} exceeds method.lr={self.lr}: the cosine decays from lr "
-                              "down to min_lr; set min_lr <= lr (official: 0)")
-        if self.tuned_layers is not None and not self.tuned_layers:
-            raise ConfigError("method.tuned_layers=[]: tune at least one block, or null for every block")
+        check_tuning_options(self, "method")

@@ -1,6 +1,11 @@
-"""RanPAC as a registered method: a fixed random projection of frozen features and a ridge classifier.
+"""RanPAC as a registered method: a fixed random projection of backbone features and a ridge classifier.
 
-Nothing is trained. A frozen feature f (D,) becomes h = act(f W) (M,) with W (D, M) Gaussian, drawn once from
+Phase 1 (optional, ``method.first_session.tuning``): on task 0 only, a tuning (adapters, VPT-deep or SSF;
+:mod:`norga.models.adapters`) is trained with a cosine head (:func:`.adapter_stage.tune_first_task`), then frozen
+for good; the backbone f below is then the tuned one (its features only, not concatenated with the frozen ones).
+Without it nothing is trained and f is the frozen backbone.
+
+Phase 2: a feature f (D,) becomes h = act(f W) (M,) with W (D, M) Gaussian, drawn once from
 the run seed and kept for the whole run. Task t adds its un-augmented training samples to the Gram matrix
 G = sum h h^T (M, M) and to C = sum h y^T (M, classes) (y one-hot); then lambda is chosen on a held-out part of
 task t's samples (:func:`select_ridge`) and the classifier is W_o = (G + lambda I)^-1 C (:func:`ridge_solve`).
@@ -8,7 +13,7 @@ A test sample's logits are h W_o; classes not learned yet score -inf. It infers 
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -17,9 +22,11 @@ from torch import Tensor
 from ..toolkit.seeding import task_generator
 from ..toolkit.stages import extract_features
 from . import register_method
+from .adapter_stage import TunedView, attach_tuning, cached_features, freeze, tune_first_task, tuned_blocks
 from .base import Method, Prediction, TaskLoaders, TestBatch
 
 _PROJECTION_STAGE, _SPLIT_STAGE = 0, 1  # stages of task_generator: the projection (task 0) and each task's split
+TUNED = 0  # the tuning index of the phase-1 tuning (RanPAC has at most one)
 
 
 def random_features(feats: Tensor, projection: Tensor, activation: str) -> Tensor:
@@ -49,12 +56,19 @@ def select_ridge(h: Tensor, y: Tensor, ridges: Sequence[float], val_fraction: fl
 
 @register_method("ranpac")
 class RanPAC(Method):
-    """Projection W (D, M), Gram G (M, M), C (M, classes), classifier W_o (M, classes); ``learned`` (classes,)."""
+    """Projection W (D, M), Gram G (M, M), C (M, classes), classifier W_o (M, classes); ``learned`` (classes,);
+    ``tuned``: the phase-1 tuning's modules (None without phase 1), trained on task 0 only."""
 
     def __init__(self, vit, task_classes, cfg, device):
         super().__init__(vit, task_classes, cfg, device)
-        self.model = self.frozen_token_model(vit)
+        self.model = self.frozen_token_model(vit)  # freezes every backbone weight before a tuning exists
         m, dim = cfg.method.projection_dim, self.model.embed_dim
+        first = cfg.method.first_session
+        self.layers = [] if first.tuning == "none" else tuned_blocks(vit, first.tuned_layers,
+                                                                      "method.first_session.tuned_layers")
+        self.tuned = None if first.tuning == "none" else attach_tuning(self.model.vit, first.tuning, self.layers,
+                                                                      first, dim)
+        self.active: Optional[int] = None if self.tuned is None else TUNED  # the tuning that makes the features
         gen = task_generator(cfg.seed, 0, _PROJECTION_STAGE)
         self.projection = torch.randn(dim, m, generator=gen).to(device)
         self.gram = torch.zeros(m, m, dtype=torch.float64, device=device)
@@ -65,14 +79,18 @@ class RanPAC(Method):
 
     @property
     def train_batch_size(self) -> int:
-        return self.cfg.eval_batch_size  # the augmented loader is never used
+        """Phase 1's batch; without phase 1 the augmented loader is never used (the evaluation batch)."""
+        return self.cfg.eval_batch_size if self.tuned is None else self.cfg.method.first_session.batch_size
 
     def lift(self, feats: Tensor) -> Tensor:
-        """(N, D) frozen features -> (N, M) random features h on the device."""
+        """(N, D) backbone features -> (N, M) random features h on the device."""
         return random_features(feats.to(self.device), self.projection, self.cfg.method.activation)
 
     def learn_task(self, task: int, loaders: TaskLoaders) -> None:
-        feats, labels = extract_features(self.model, loaders.train_plain, self.device, desc="frozen feats")
+        if task == 0 and self.tuned is not None:
+            self._first_session(task, loaders)
+        feats, labels = extract_features(TunedView(self.model, self.active), loaders.train_plain, self.device,
+                                         desc="backbone feats")
         missing = [c for c in self.task_classes[task] if not (labels == c).any()]
         if missing:
             raise ValueError(f"classes {missing} of task {task} have no training samples")
@@ -87,20 +105,33 @@ class RanPAC(Method):
         self.head = ridge_solve(self.gram, self.targets, ridge)
         self.learned[self.task_classes[task]] = True
 
+    def _first_session(self, task: int, loaders: TaskLoaders) -> None:
+        """Phase 1 (task 0 only): train the tuning on the task's augmented images with a cosine head over its
+        classes; freeze it."""
+        tune_first_task("ranpac", self.model, self.tuned, self.task_classes[task], self.num_classes, loaders.train,
+                        self.cfg.method.first_session, self.device, self.config_key("first_session.lr"))
+
     def logits(self, feats: Tensor) -> Tensor:
-        """(B, D) frozen features -> (B, C) logits h W_o (float32); -inf for classes not learned yet."""
+        """(B, D) backbone features -> (B, C) logits h W_o (float32); -inf for classes not learned yet."""
         scores = (self.lift(feats) @ self.head).float()
         return scores.masked_fill(~self.learned, float("-inf"))
 
     def predict_batch(self, batch: TestBatch, cache: Any) -> Prediction:
-        logits = self.logits(self.frozen_query(batch, cache).float())
+        feats = cached_features(self.model, batch, cache, self.active, self.device)  # final once task 0 is learned
+        logits = self.logits(feats.float())
         return Prediction(logits, logits)
 
     def state_dict(self, task: int) -> Dict[str, Any]:
-        return {"projection": self.projection.cpu(), "gram": self.gram.cpu(), "targets": self.targets.cpu(),
-                "head": self.head.cpu(), "learned": self.learned.cpu(), "ridges": list(self.chosen_ridges)}
+        state = {"projection": self.projection.cpu(), "gram": self.gram.cpu(), "targets": self.targets.cpu(),
+                 "head": self.head.cpu(), "learned": self.learned.cpu(), "ridges": list(self.chosen_ridges)}
+        if self.tuned is not None:
+            state["tuned"] = {k: v.cpu() for k, v in self.tuned.state_dict().items()}
+        return state
 
     def load_state_dict(self, state: Dict[str, Any], with_training_state: bool = True) -> None:
+        if self.tuned is not None:
+            self.tuned.load_state_dict(state["tuned"])
+            freeze(self.tuned)  # every checkpoint comes after task 0
         self.projection.copy_(state["projection"].to(self.device))
         self.head.copy_(state["head"].to(self.device))
         self.learned.copy_(state["learned"].to(self.device))
@@ -111,10 +142,17 @@ class RanPAC(Method):
 
     def describe(self) -> Dict[str, Any]:
         opts = self.cfg.method
-        return {"name": self.name, "projection_dim": opts.projection_dim, "activation": opts.activation,
-                "ridges": list(self.chosen_ridges), "classes": int(self.learned.sum())}
+        out = {"name": self.name, "projection_dim": opts.projection_dim, "activation": opts.activation,
+               "ridges": list(self.chosen_ridges), "classes": int(self.learned.sum())}
+        if self.tuned is not None:
+            out.update(first_session=opts.first_session.tuning, tuned_layers=self.layers,
+                       tuned_parameters=sum(p.numel() for p in self.tuned.parameters()))
+        return out
 
     def summary(self) -> str:
-        opts = self.cfg.method
-        return (f"method: ranpac (random projection {self.model.embed_dim}->{opts.projection_dim}, {opts.activation}, "
-                f"ridge classifier, lambda from {len(opts.ridges)} values on {opts.val_fraction:g} held out)")
+        opts, first = self.cfg.method, self.cfg.method.first_session
+        phase1 = "" if self.tuned is None else (f"{first.tuning} on blocks {self.layers} tuned on task 0 only for "
+                                                 f"{first.epochs} epochs, then ")
+        return (f"method: ranpac ({phase1}random projection {self.model.embed_dim}->{opts.projection_dim}, "
+                f"{opts.activation}, ridge classifier, lambda from {len(opts.ridges)} values on "
+                f"{opts.val_fraction:g} held out)")
