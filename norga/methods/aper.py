@@ -20,7 +20,7 @@ from ..models.adapters import add_adapters, attach_adapter_blocks, attach_deep_p
 from ..toolkit.stages import extract_features
 from . import register_method
 from .adapter_stage import TunedView, cached_features, class_means, train_with_cosine_head
-from .base import Method, Prediction, TaskLoaders, TestBatch, check_blocks
+from .base import Method, Prediction, TaskLoaders, TestBatch, chosen_blocks
 
 TUNED = 0  # the tuning index of the adapted branch (APER has one)
 
@@ -39,8 +39,7 @@ class APER(Method):
         super().__init__(vit, task_classes, cfg, device)
         c = self.c = cfg.method
         self.model = self.frozen_token_model(vit)  # freezes every backbone weight before the tuning exists
-        self.layers = list(range(len(vit.blocks))) if c.tuned_layers is None else [int(i) for i in c.tuned_layers]
-        check_blocks(vit, {"method.tuned_layers": self.layers})
+        self.layers = chosen_blocks(vit, c.tuned_layers, "method.tuned_layers")
         dim = self.model.embed_dim
         self.tuned = nn.ModuleList(w.tuned for w in self._attach(self.model.vit, dim))
         self.prototypes = torch.zeros(self.num_classes, 2 * dim, device=device)
