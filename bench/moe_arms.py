@@ -75,8 +75,8 @@ def _values_by_seed(rows: List[dict], arm: str, key: str) -> Dict[int, float]:
 
 
 def routing_lines(rows: List[dict], arms: Optional[Sequence[str]] = None) -> List[str]:
-    """Per MoE arm (``arms``, default all of ROUTING_ARMS): FA, BWT, FM (%) and N_eff, mean [95% t interval] over
-    seeds; arms without rows are left out."""
+    """Per MoE arm (``arms``, default all of ROUTING_ARMS): FA (%), BWT and FM (points) and N_eff, mean [95% t
+    interval] over seeds; arms without rows are left out."""
     lines = []
     for arm in (a for a in (arms or ROUTING_ARMS) if is_moe_arm(a)):
         mine = [r for r in rows if r["run"] == arm]
@@ -90,8 +90,8 @@ def routing_lines(rows: List[dict], arms: Optional[Sequence[str]] = None) -> Lis
         lines.append(f"| {arm} | {len(mine)} | " + " | ".join(cells) + " |")
     if not lines:
         return []
-    return ["MoE arms: FA, BWT, FM (%), the mass-weighted N_eff over old tasks' tokens (mean over 12 layers) and "
-            "dL_hi_lo (ΔL_old of the highest- minus the lowest-N_eff bin of the pooled routes, nats), "
+    return ["MoE arms: FA (%), BWT and FM (points), the mass-weighted N_eff over old tasks' tokens (mean over 12 "
+            "layers) and dL_hi_lo (ΔL_old of the highest- minus the lowest-N_eff bin of the pooled routes, nats), "
             "mean [95% t interval] over seeds:", "", *table_head("arm", MOE_COLUMNS), *lines]
 
 

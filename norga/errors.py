@@ -10,7 +10,7 @@ command line is a bug and keeps its traceback.
 * :class:`TrainingDiverged` — training diverged: a loss became NaN or inf (:class:`NonFiniteLoss`), learned
   tensors are not finite, or a task ended at chance after its loss exploded; the run folder is marked
   ``status: failed`` and the command exits with :data:`DIVERGED_EXIT` (3), not 2;
-* ``norga.data.DataError`` and ``norga.models.backbone.CheckpointError``
+* ``norga.data.DataError`` and ``norga.models.checkpoints.CheckpointError``
   (data and backbone weights) also derive from :class:`NorgaError`.
 
 This module imports nothing heavy, so the command line can use it before

@@ -8,18 +8,20 @@ from typing import Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from .plot_scales import figure, save_png
-from .summary_stats import clip_interval
+from .summary_stats import clip_interval, metric_unit
 
 
 def comparison_figure(path: Path, groups, metrics: Sequence[str], pair=None,
                       bounds: Optional[Mapping[str, Tuple[float, float]]] = None,
                       pair_bounds: Optional[Tuple[float, float]] = None) -> Path:
-    """Groups side by side per metric: big dot = mean, error bar = 95% t interval, small dots = seeds (%).
+    """Groups side by side per metric: big dot = mean, error bar = 95% t interval, small dots = seeds (accuracies
+    in %, FM and BWT in percentage points: each panel's title names its unit, :func:`metric_unit`).
 
-    ``groups``: objects with ``name``, ``runs`` (each with ``values()`` -> {metric: %}) and
+    ``groups``: objects with ``name``, ``runs`` (each with ``values()`` -> {metric: value}) and
     ``estimates()`` -> {metric: Estimate}; ``pair`` = (seeds, {metric: Estimate}) adds a panel
-    of paired differences (first group − second) with their 95% intervals. ``bounds`` (metric -> (low, high),
-    in %) and ``pair_bounds`` (points) clip the drawn intervals to what the metric can take, as the tables do.
+    of paired differences (first group − second) with their 95% intervals. ``bounds`` (metric -> (low, high), in
+    the metric's unit) and ``pair_bounds`` (points) clip the drawn intervals to what the metric can take, as the
+    tables do.
     The y axes are matplotlib's autoscale, fitted to the dots and bars.
     """
     bounds = bounds or {}
@@ -38,7 +40,7 @@ def comparison_figure(path: Path, groups, metrics: Sequence[str], pair=None,
             ax.plot(np.full(len(dots), k + 0.2), dots, ".", color="0.3", markersize=6)
         ax.set_xlim(-0.5, len(groups) - 0.3)
         ax.set_xticks(range(len(groups)), [g.name for g in groups], rotation=10, fontsize=8)
-        ax.set_title(f"{metric} (%)")
+        ax.set_title(f"{metric} ({metric_unit(metric)})")
         ax.grid(axis="y", alpha=0.3)
     fig.suptitle("mean (large dot) with 95% t interval, clipped to the metric's range; small dots = single seeds")
     if pair:

@@ -65,6 +65,12 @@ def clip_interval(e: Estimate, bounds: Optional[Tuple[float, float]]) -> Tuple[E
 BOUNDS: Dict[str, Tuple[float, float]] = {"FA": (0.0, 100.0), "CA": (0.0, 100.0), "TIL FA": (0.0, 100.0),
                                           "TII acc": (0.0, 100.0), "FM": (-100.0, 100.0), "BWT": (-100.0, 100.0)}
 DIFFERENCE_BOUNDS = (-100.0, 100.0)  # a paired difference of two percentages
+POINT_METRICS = ("FM", "BWT")  # differences of two accuracies: in percentage points, not %
+
+
+def metric_unit(metric: str) -> str:
+    """The unit a metric's values are in: "points" for FM and BWT (differences of accuracies), else "%"."""
+    return "points" if metric in POINT_METRICS else "%"
 CLIPPED = "†"
 
 

@@ -6,8 +6,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from norga.models.backbone import (BACKBONE_PRESETS, CheckpointError, backbone_data_config, build_backbone,
-                                   load_checkpoint)
+from norga.models.backbone import BACKBONE_PRESETS, backbone_data_config, build_backbone
+from norga.models.checkpoints import CheckpointError, load_checkpoint
 
 TINY = dict(model_name="vit_base_patch16_224", img_size=32, patch_size=4, embed_dim=64, depth=2, num_heads=2)
 

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import collections
+import gzip
+import hashlib
 
 import numpy as np
 import pytest
@@ -58,6 +60,22 @@ def test_shipped_coda_prompt_split_matches_codas_files():
     assert (len(train), len(test), len(set(train) | set(test))) == (24000, 6000, 30000)
     assert sorted(classes.values()) == list(range(200))
     assert split_checksum(train, test) == splits.CODA_SPLIT_SHA256
+
+
+def test_corrupted_shipped_split_is_refused(full_root, tmp_path, monkeypatch):
+    """A valid gzip whose content lost one line is refused by its sha256, through the benchmark too."""
+    assert hashlib.sha256(splits.SHIPPED.read_bytes()).hexdigest() == splits.SHIPPED_SHA256
+    lines = gzip.decompress(splits.SHIPPED.read_bytes()).decode().splitlines()
+    bad = tmp_path / "corrupted.tsv.gz"
+    bad.write_bytes(gzip.compress(("\n".join(lines[:-1]) + "\n").encode(), mtime=0))
+    with pytest.raises(DataError, match=f"corrupted.tsv.gz has sha256 .*, expected {splits.SHIPPED_SHA256}.*reinstall"):
+        splits.read_shipped(bad)
+    monkeypatch.setattr(splits, "SHIPPED", bad)
+    with pytest.raises(DataError, match="damaged or modified"):
+        bench(full_root, split="coda_prompt")
+    monkeypatch.setattr(splits, "SHIPPED", tmp_path / "absent.tsv.gz")
+    with pytest.raises(DataError, match="cannot read norga's split list .*absent.tsv.gz"):
+        bench(full_root, split="coda_prompt")
 
 
 def test_coda_prompt_split_loads_and_differs_from_seeded(full_root):

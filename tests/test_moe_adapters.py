@@ -201,3 +201,20 @@ def test_config_errors_name_the_fix():
 @pytest.mark.parametrize("spec", ["bar:moe:2", "bar:align:2"])
 def test_kill_and_resume_gives_the_uninterrupted_metrics(spec, tmp_path):
     assert_kill_then_resume_matches(lambda out: tiny_method_args(out, MH), spec, tmp_path)
+
+
+def test_routes_figure_axes_fit_the_blocks_and_the_bins(tmp_path, monkeypatch):
+    """Left: a tick per adapted block, half a block of margin; right: the x axis spans every bin's N_eff range."""
+    from norga.engine import route_report
+
+    drawn = {}
+    monkeypatch.setattr(route_report, "save_png", lambda fig, path: drawn.setdefault("fig", fig))
+    layer = {kind: {"n_eff": n} for kind, n in (("path_wise", 3.0), ("route_wise", 4.0))}
+    bins = [{"n_eff_min": 2.0, "n_eff_max": 6.0, "delta_loss": -0.1, "delta_loss_se": float("nan")},
+            {"n_eff_min": 6.5, "n_eff_max": 13.0, "delta_loss": 0.2, "delta_loss_se": 0.05}]
+    route_report._plot({"layers": {"3": layer, "7": layer, "11": layer},
+                        "pooled_bins": {"path_wise": bins, "route_wise": bins}}, tmp_path / "routes.png")
+    left, right = drawn["fig"].axes
+    assert list(left.get_xticks()) == [3, 7, 11] and left.get_xlim() == (2.5, 11.5)
+    low, high = right.get_xlim()
+    assert low <= 2.0 and high >= 13.0 and high - low < 1.2 * (13.0 - 2.0)  # the bins, not much more

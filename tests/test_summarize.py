@@ -204,6 +204,8 @@ def test_the_figure_draws_the_clipped_interval(tmp_path, capsys, monkeypatch):
     a = [make_run(tmp_path, "hi_s1", 1, 0.99, 0.99, 0.00, 0.00, 0.99, [1.0, 1.0, 1.0]),
          make_run(tmp_path, "hi_s2", 2, 1.00, 1.00, 0.01, -0.02, 1.00, [1.0, 1.0, 0.97])]
     assert run_main([*a, "--out", tmp_path / "out"], capsys)[0] == 0
+    titles = [ax.get_title() for ax in drawn["fig"].axes]
+    assert {"FA (%)", "CA (%)", "FM (points)", "BWT (points)"} <= set(titles)  # FM, BWT: differences of accuracies
     fa = next(ax for ax in drawn["fig"].axes if ax.get_title() == "FA (%)")
     bar_ends = np.concatenate([np.ravel(seg)[1::2] for c in fa.collections for seg in c.get_segments()])
     assert bar_ends.max() == pytest.approx(100.0) and bar_ends.min() == pytest.approx(99.5 - T975_DF1 * 0.5)

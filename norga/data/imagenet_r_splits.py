@@ -17,12 +17,13 @@ from __future__ import annotations
 import gzip
 import hashlib
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from .sources import DataError
 
 SPLITS = ("seeded", "coda_prompt", "folders")
 SHIPPED = Path(__file__).parent / "splits" / "imagenet_r_coda_prompt.tsv.gz"
+SHIPPED_SHA256 = "1eaa4fdf61abfaac5b79809ac6d9faf62c7c674a630f3e17253ba9a981b80ead"  # of SHIPPED's bytes (sha256sum)
 CODA_FILES = {  # sha256 of the files in GT-RIPL/CODA-Prompt (commit 6417d4f) = aimagelab/mammoth (e75a491)
     "train": ("imagenet-r_train.yaml", "6bcaa14ca9359915ac3a44c48ae71388146385686eb15da79a37844421a0b845"),
     "test": ("imagenet-r_test.yaml", "57275ac242d68983a4f39ccb81ec34f48b1bd920b9cd79e6e8040d7c042db02a"),
@@ -88,7 +89,10 @@ def read_coda_root(split_root: Path) -> Split:
 
 
 def write_shipped(split: Split, path: Path = SHIPPED) -> None:
-    """Write a split as our gzipped TSV: ``class<TAB>wnid<TAB>id`` then ``train|test<TAB>relative path``."""
+    """Write a split as our gzipped TSV: ``class<TAB>wnid<TAB>id`` then ``train|test<TAB>relative path``.
+
+    A new :data:`SHIPPED` needs its sha256 in :data:`SHIPPED_SHA256`, else :func:`read_shipped` refuses it.
+    """
     train, test, classes = split
     lines = ["# ImageNet-R split of CODA-Prompt (GT-RIPL/CODA-Prompt, dataloaders/splits/imagenet-r_*.yaml),",
              "# converted by norga.data.imagenet_r_splits. Copyright (c) 2023 GT-RIPL, MIT licence (see NOTICE)."]
@@ -99,10 +103,29 @@ def write_shipped(split: Split, path: Path = SHIPPED) -> None:
         f.write(("\n".join(lines) + "\n").encode())
 
 
-def read_shipped(path: Path = SHIPPED) -> Split:
-    """Our converted copy of CODA-Prompt's split."""
+_RESTORE = ("reinstall norga (pip install --force-reinstall norga) or restore the file (git checkout -- "
+            "norga/data/splits/imagenet_r_coda_prompt.tsv.gz), or read CODA-Prompt's yaml files with "
+            "data.options.split_root")
+
+
+def _read_checked(path: Path) -> bytes:
+    """The bytes of the shipped split list, refused unless their sha256 is :data:`SHIPPED_SHA256`."""
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise DataError(f"imagenet_r: cannot read norga's split list {path} ({err.strerror}); {_RESTORE}") from err
+    actual = hashlib.sha256(data).hexdigest()
+    if actual != SHIPPED_SHA256:
+        raise DataError(f"imagenet_r: split list {path} has sha256 {actual}, expected {SHIPPED_SHA256} (damaged or "
+                        f"modified); {_RESTORE}")
+    return data
+
+
+def read_shipped(path: Optional[Path] = None) -> Split:
+    """Our converted copy of CODA-Prompt's split (default :data:`SHIPPED`), refused unless its sha256 matches."""
+    data = _read_checked(Path(path or SHIPPED))
     train, test, classes = [], [], {}
-    for line in gzip.decompress(path.read_bytes()).decode().splitlines():
+    for line in gzip.decompress(data).decode().splitlines():
         fields = line.split("\t")
         if fields[0] == "class":
             classes[fields[1]] = int(fields[2])

@@ -25,13 +25,14 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import RunError
+from ..files import atomic_write_bytes
 from ..methods import build_method
+from ..plot_scales import figure, save_png
 from ..toolkit.devices import resolve_device
 from ..toolkit.heads import class_mask, masked_logits
-from .loaders import test_loader
-from ..files import atomic_write_bytes
-from .run_folder import RunDir
 from ..toolkit.routing import mass_quantile_bins, mass_weighted_n_eff, position_buckets, route_rows, route_statistics
+from .loaders import test_loader
+from .run_folder import RunDir
 
 
 @torch.no_grad()
@@ -119,28 +120,32 @@ def _pooled(parts: List[dict]) -> dict:
             for key in ("mass", "n_eff", "delta_loss")}
 
 
+def _bin_points(rows: List[dict]) -> tuple:
+    """Pooled bins -> x (bin middles), x half-widths (half the bin's N_eff range), y (mean ΔL_old), y s.e. (0 when
+    a bin has one route: NaN)."""
+    x = [(r["n_eff_min"] + r["n_eff_max"]) / 2 for r in rows]
+    half = [(r["n_eff_max"] - r["n_eff_min"]) / 2 for r in rows]
+    se = [0.0 if r["delta_loss_se"] != r["delta_loss_se"] else r["delta_loss_se"] for r in rows]
+    return x, half, [r["delta_loss"] for r in rows], se
+
+
 def _plot(report: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    """Two panels: N_eff per adapted block (ticks at the adapted blocks, half a block of margin) and mean ΔL_old
+    per pooled mass-quantile bin (horizontal bars span each bin's N_eff range); both axes fit the data."""
     layers = sorted(report["layers"], key=int)
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
+    blocks = [int(b) for b in layers]
+    fig = figure(10, 3.6)
+    left, right = fig.subplots(1, 2)
     for kind, marker in (("route_wise", "o"), ("path_wise", "s")):
-        left.plot([int(b) for b in layers], [report["layers"][b][kind]["n_eff"] for b in layers], marker=marker,
+        left.plot(blocks, [report["layers"][b][kind]["n_eff"] for b in layers], marker=marker,
                   label=kind.replace("_", "-"))
+        x, half, y, se = _bin_points(report["pooled_bins"][kind])
+        right.errorbar(x, y, xerr=half, yerr=se, marker=marker, capsize=3, label=kind.replace("_", "-"))
+    left.set_xticks(blocks)
+    left.set_xlim(min(blocks) - 0.5, max(blocks) + 0.5)
     left.set(xlabel="adapted block", ylabel="mass-weighted N_eff", title="composition mixing per layer")
     left.legend()
-    for kind, marker in (("route_wise", "o"), ("path_wise", "s")):
-        rows = report["pooled_bins"][kind]
-        right.errorbar([(r["n_eff_min"] + r["n_eff_max"]) / 2 for r in rows], [r["delta_loss"] for r in rows],
-                       yerr=[0 if r["delta_loss_se"] != r["delta_loss_se"] else r["delta_loss_se"] for r in rows],
-                       marker=marker, capsize=3, label=kind.replace("_", "-"))
-    right.set(xlabel="N_eff (middle of its mass-quantile bin)", ylabel="mean ΔL_old ± s.e. over routes",
+    right.set(xlabel="N_eff (bar: its mass-quantile bin)", ylabel="mean ΔL_old ± s.e. over routes",
               title="mixing vs forgetting (routes of all layers)")
     right.legend()
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_png(fig, path)

@@ -26,19 +26,12 @@ def _adapters(vit: nn.Module, layers: Sequence[int], opts, dim: int) -> List[nn.
     return blocks
 
 
-# tuning name (norga.methods.tuning_section.TUNINGS) -> (vit, blocks, opts, D) -> the wrappers it attached
+# tuning name (norga.methods.adapter_config.TUNINGS) -> (vit, blocks, opts, D) -> the wrappers it attached
 ATTACH: Dict[str, Callable[..., List[nn.Module]]] = {
     "adapter": _adapters,
     "vpt_deep": lambda vit, layers, opts, dim: attach_deep_prompts(vit, layers, opts.prompt_length),
     "ssf": lambda vit, layers, opts, dim: attach_ssf(vit, layers),
 }
-
-
-def tuned_blocks(vit: nn.Module, option: Optional[Sequence[int]], key: str) -> List[int]:
-    """The block indices of a ``tuned_layers`` option (None: every block), checked against ``vit``."""
-    layers = list(range(len(vit.blocks))) if option is None else [int(i) for i in option]
-    check_blocks(vit, {key: layers})
-    return layers
 
 
 def attach_tuning(vit: nn.Module, kind: str, layers: Sequence[int], opts, dim: int) -> nn.ModuleList:

@@ -18,9 +18,8 @@ from torch import Tensor
 
 from ..toolkit.stages import extract_features
 from . import register_method
-from .adapter_stage import (TunedView, attach_tuning, cached_features, class_means, freeze, tune_first_task,
-                            tuned_blocks)
-from .base import Method, Prediction, TaskLoaders, TestBatch
+from .adapter_stage import TunedView, attach_tuning, cached_features, class_means, freeze, tune_first_task
+from .base import Method, Prediction, TaskLoaders, TestBatch, chosen_blocks
 
 TUNED = 0  # the tuning index of the adapted branch (APER has one)
 
@@ -39,7 +38,7 @@ class APER(Method):
         super().__init__(vit, task_classes, cfg, device)
         c = self.c = cfg.method
         self.model = self.frozen_token_model(vit)  # freezes every backbone weight before the tuning exists
-        self.layers = tuned_blocks(vit, c.tuned_layers, "method.tuned_layers")
+        self.layers = chosen_blocks(vit, c.tuned_layers, "method.tuned_layers")
         dim = self.model.embed_dim
         self.tuned = attach_tuning(self.model.vit, c.tuning, self.layers, c, dim)
         self.prototypes = torch.zeros(self.num_classes, 2 * dim, device=device)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor, nn
@@ -212,9 +212,36 @@ def check_blocks(vit: nn.Module, layers: Dict[str, Sequence[int]]) -> None:
                               f"backbone has {depth} blocks); set {key} to blocks it has")
 
 
-def lora_blocks(vit: nn.Module, option: Optional[Sequence[int]], targets: Sequence[str], device) -> tuple:
-    """(block indices, their qkv wrappers) for ``method.lora_layers`` (null: every block), checked against the
-    backbone; ``targets``: which of q, k, v get LoRA branches (InfLoRA: k, v; SD-LoRA: q, v)."""
-    layers = list(range(len(vit.blocks))) if option is None else list(option)
-    check_blocks(vit, {"method.lora_layers": layers})
-    return layers, attach_lora_qkv(vit, layers, targets).to(device)
+def chosen_blocks(vit: nn.Module, option: Optional[Sequence[int]], key: str) -> List[int]:
+    """Block indices of a ``method.*_layers`` option (null: every block of ``vit``), checked against the backbone
+    (a ConfigError names ``key``, e.g. ``"method.adapter_layers"``)."""
+    layers = list(range(len(vit.blocks))) if option is None else [int(i) for i in option]
+    check_blocks(vit, {key: layers})
+    return layers
+
+
+class LoRAMethod(Method):
+    """A method training LoRA branches on the fused qkv of the blocks of ``method.lora_layers`` (``targets``: which of
+    q, k, v; InfLoRA: k, v; SD-LoRA: q, v) and one linear head over all classes. Sets ``c`` (the method's config
+    section), ``model`` (the frozen token model), ``layers`` (block indices), ``wrappers`` (qkv wrappers by block)
+    and ``head`` (D -> C, torch's default init); ``method.batch_size`` is the training batch. Predicts with
+    ``head`` over the adapted features."""
+
+    targets: Tuple[str, ...] = ()
+
+    def __init__(self, vit: nn.Module, task_classes: Sequence[Sequence[int]], cfg, device: torch.device):
+        super().__init__(vit, task_classes, cfg, device)
+        self.c = cfg.method
+        self.model = self.frozen_token_model(vit)
+        self.layers = chosen_blocks(vit, self.c.lora_layers, "method.lora_layers")
+        self.wrappers = attach_lora_qkv(vit, self.layers, self.targets).to(device)
+        self.head = nn.Linear(self.model.embed_dim, self.num_classes).to(device)
+
+    @property
+    def train_batch_size(self) -> int:
+        return self.c.batch_size
+
+    def predict_batch(self, batch: TestBatch, cache: Any) -> Prediction:
+        """(B, C) head logits of the LoRA-adapted features, with and without the task id alike (none inferred)."""
+        logits = self.head(self.model(batch.images).float())
+        return Prediction(logits, logits)

@@ -32,7 +32,7 @@ from ..models.adapters import add_adapters, attach_adapter_blocks
 from ..toolkit.stages import extract_features
 from . import register_method
 from .adapter_stage import TunedView, cached_features, class_means, train_with_cosine_head
-from .base import Method, Prediction, TaskLoaders, TestBatch, check_blocks
+from .base import Method, Prediction, TaskLoaders, TestBatch, chosen_blocks
 
 
 def synthesise(old: Tensor, donors_old: Tensor, donors_new: Tensor) -> Tensor:
@@ -69,8 +69,7 @@ class EASE(Method):
         super().__init__(vit, task_classes, cfg, device)
         c = self.c = cfg.method
         self.model = self.frozen_token_model(vit)  # freezes every backbone weight before any adapter exists
-        self.layers = list(range(len(vit.blocks))) if c.adapter_layers is None else [int(i) for i in c.adapter_layers]
-        check_blocks(vit, {"method.adapter_layers": self.layers})
+        self.layers = chosen_blocks(vit, c.adapter_layers, "method.adapter_layers")
         self.blocks = attach_adapter_blocks(self.model.vit, self.layers)
         self.tuned = nn.ModuleList(b.tuned for b in self.blocks)
         dim = self.model.embed_dim

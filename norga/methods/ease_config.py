@@ -4,12 +4,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import List, Optional
 
-from ..config import ConfigError, MethodConfig, _f, method_config
+from ..config import ConfigError, _f, method_config
+from .adapter_config import AdapterTuningConfig
 
 
 @method_config("ease", module="norga.methods.ease")
 @dataclass
-class EASEConfig(MethodConfig):
+class EASEConfig(AdapterTuningConfig):
     """EASE: a new set of bottleneck adapters (a subspace) per task, older ones frozen; a prototype classifier over
     the concatenated subspaces, with old classes' prototypes in newer subspaces synthesised from class similarity.
 
@@ -20,15 +21,8 @@ class EASEConfig(MethodConfig):
 
     name: str = _f("ease")
     adapter_layers: Optional[List[int]] = _f(None)  # blocks that get adapters; null: every block (official)
-    bottleneck: int = _f(64, ge=1)  # adapter width r; official ffn_num: 64
-    adapter_scale: float = _f(0.1, gt=0.0)  # adapter output factor; official ffn_adapter_scalar: "0.1"
-    adapter_dropout: float = _f(0.1, ge=0.0, le=1.0)  # inside the adapter; official Adapter(dropout=0.1)
     epochs: int = _f(20, ge=1)  # per task; official init_epochs = later_epochs: 20
     lr: float = _f(0.025, gt=0.0)  # SGD; official init_lr = later_lr: 0.025 (ImageNet-R: 0.05)
-    batch_size: int = _f(48, ge=1)  # official batch_size: 48 (ImageNet-R: 16)
-    weight_decay: float = _f(0.0005, ge=0.0)  # official: 0.0005 (ImageNet-R: 0.005)
-    momentum: float = _f(0.9, ge=0.0)  # SGD momentum; official: 0.9
-    min_lr: float = _f(0.0, ge=0.0)  # end of the cosine decay (CosineAnnealingLR eta_min); official min_lr: 0
     # true: after task t every old task's prototypes in every later subspace d are synthesised again from the
     # classes of tasks d..t (official recalc_sim: true, solve_sim_reset); false: only the newest subspace is
     # filled, from task t's classes, and earlier syntheses are kept (official solve_similarity)
@@ -41,10 +35,6 @@ class EASEConfig(MethodConfig):
     alpha_over_tasks: bool = _f(True)
 
     def __post_init__(self):
-        if not float(self.momentum) < 1.0:
-            raise ConfigError(f"method.momentum={self.momentum}: SGD momentum must be below 1; official: 0.9")
-        if float(self.min_lr) > float(self.lr):
-            raise ConfigError(f"method.min_lr={self.min_lr} exceeds method.lr={self.lr}: the cosine decays from lr "
-                              "down to min_lr; set min_lr <= lr (official: 0)")
+        super().__post_init__()
         if self.adapter_layers is not None and not self.adapter_layers:
             raise ConfigError("method.adapter_layers=[]: give at least one block, or null for every block")

@@ -22,13 +22,13 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from ..models.lora_qkv import LoRABranch, branch_state, load_branches
 from ..toolkit.schedules import epoch_scheduler
 from ..toolkit.training import Stage, cross_entropy_term, run_stage
 from . import register_method
-from .base import Method, Prediction, TaskLoaders, TestBatch, lora_blocks
+from .base import LoRAMethod, TaskLoaders
 
 Memory = Tuple[Tensor, str]  # (basis (D, k) with orthonormal columns, "remove" | "retain")
 
@@ -119,22 +119,14 @@ def update_memory(memory: Optional[Memory], activation: Tensor, threshold: float
 
 
 @register_method("inflora")
-class InfLoRA(Method):
+class InfLoRA(LoRAMethod):
     """Wrappers by block (``wrappers``), the head (D -> C), the memory by block (basis, kind)."""
 
     targets = ("k", "v")
 
     def __init__(self, vit, task_classes, cfg, device):
         super().__init__(vit, task_classes, cfg, device)
-        c = self.c = cfg.method
-        self.model = self.frozen_token_model(vit)
-        self.layers, self.wrappers = lora_blocks(vit, c.lora_layers, self.targets, device)
-        self.head = nn.Linear(self.model.embed_dim, self.num_classes).to(device)
         self.memory: Dict[str, Memory] = {}
-
-    @property
-    def train_batch_size(self) -> int:
-        return self.c.batch_size
 
     # ---- training ----------------------------------------------------------
     @torch.no_grad()
@@ -186,11 +178,6 @@ class InfLoRA(Method):
                   batches=lambda epoch: loaders.train, forward=forward,
                   terms={"ce": cross_entropy_term(self.task_mask(task))})
         head.eval()
-
-    # ---- prediction -----------------------------------------------------------
-    def predict_batch(self, batch: TestBatch, cache: Any) -> Prediction:
-        logits = self.head(self.model(batch.images).float())
-        return Prediction(logits, logits)
 
     # ---- state ---------------------------------------------------------------
     def state_dict(self, task: int) -> Dict[str, Any]:

@@ -37,7 +37,7 @@ from ..toolkit.stages import align_head, extract_features
 from ..toolkit.training import Stage, cross_entropy_term, run_stage
 from ..models.moe_adapters import HeadwiseLoRAMoE, attach_adapters
 from . import register_method
-from .base import Method, Prediction, TaskLoaders, TestBatch, check_blocks
+from .base import Method, Prediction, TaskLoaders, TestBatch, chosen_blocks
 
 ALIGN_STAGE = 7  # task_generator stage id of the head alignment's sampling
 
@@ -51,8 +51,7 @@ class MoEAdapterMethod(Method):
         super().__init__(vit, task_classes, cfg, device)
         c = self.c = cfg.method
         self.model = self.frozen_token_model(vit)  # freezes every backbone weight before the adapters exist
-        layers = list(range(len(vit.blocks))) if c.adapter_layers is None else list(c.adapter_layers)
-        check_blocks(vit, {"method.adapter_layers": layers})
+        layers = chosen_blocks(vit, c.adapter_layers, "method.adapter_layers")
         dim = self.model.embed_dim
         self._check_shape(dim)
         self.adapters = attach_adapters(vit, layers, lambda: HeadwiseLoRAMoE(dim, self.heads, c.experts, c.top_k,

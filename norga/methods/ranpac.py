@@ -22,8 +22,8 @@ from torch import Tensor
 from ..toolkit.seeding import task_generator
 from ..toolkit.stages import extract_features
 from . import register_method
-from .adapter_stage import TunedView, attach_tuning, cached_features, freeze, tune_first_task, tuned_blocks
-from .base import Method, Prediction, TaskLoaders, TestBatch
+from .adapter_stage import TunedView, attach_tuning, cached_features, freeze, tune_first_task
+from .base import Method, Prediction, TaskLoaders, TestBatch, chosen_blocks
 
 _PROJECTION_STAGE, _SPLIT_STAGE = 0, 1  # stages of task_generator: the projection (task 0) and each task's split
 TUNED = 0  # the tuning index of the phase-1 tuning (RanPAC has at most one)
@@ -64,7 +64,7 @@ class RanPAC(Method):
         self.model = self.frozen_token_model(vit)  # freezes every backbone weight before a tuning exists
         m, dim = cfg.method.projection_dim, self.model.embed_dim
         first = cfg.method.first_session
-        self.layers = [] if first.tuning == "none" else tuned_blocks(vit, first.tuned_layers,
+        self.layers = [] if first.tuning == "none" else chosen_blocks(vit, first.tuned_layers,
                                                                       "method.first_session.tuned_layers")
         self.tuned = None if first.tuning == "none" else attach_tuning(self.model.vit, first.tuning, self.layers,
                                                                       first, dim)

@@ -2,35 +2,24 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import ClassVar, List, Optional
 
 from ..config import ConfigError, MethodConfig, _f, method_config
-from .tuning_section import TUNINGS, check_tuning_options
+from .adapter_config import TUNINGS, TuningStageFields
 
 
 @dataclass
-class FirstSessionConfig:
+class FirstSessionConfig(TuningStageFields):
     """RanPAC's optional phase 1: a parameter-efficient tuning trained on task 0 only, then frozen; every feature
     (the projection's input) comes from the tuned backbone. Names as APER's options; defaults: the official CIFAR-100
     row (RanPAC/RanPAC 698e00cc, args/cifar224_publish.csv ID 7, inc_net.py get_convnet, RanPAC.py _train)."""
 
+    config_prefix: ClassVar[str] = "method.first_session"
     # none: no phase 1 (the frozen backbone; runs unchanged); official: adapter (CIFAR, CUB, ...), ssf (ImageNet-R/A,
     # VTAB), vpt (deep; Cars, OmniBenchmark)
     tuning: str = _f("none", choices=("none",) + TUNINGS)
     tuned_layers: Optional[List[int]] = _f(None)  # blocks that get adapters / prompts / SSF; null: every block (official)
-    bottleneck: int = _f(64, ge=1)  # adapter width r; official: ffn_num=64 (hard-coded in get_convnet)
-    adapter_scale: float = _f(0.1, gt=0.0)  # adapter output factor; official: ffn_adapter_scalar "0.1"
-    adapter_dropout: float = _f(0.1, ge=0.0, le=1.0)  # inside the adapter; official: Adapter(dropout=0.1)
     prompt_length: int = _f(5, ge=1)  # VPT-deep tokens per block; official: Prompt_Token_num=5 (hard-coded)
-    epochs: int = _f(20, ge=1)  # official: tuned_epoch 20 (every dataset)
-    lr: float = _f(0.01, gt=0.0)  # SGD on the tuning and the cosine head; official: body_lr 0.01 (head_lr unused)
-    batch_size: int = _f(48, ge=1)  # official: batch_size 48
-    weight_decay: float = _f(0.0005, ge=0.0)  # official: weight_decay 0.0005
-    momentum: float = _f(0.9, ge=0.0)  # official: optim.SGD(momentum=0.9)
-    min_lr: float = _f(0.0, ge=0.0)  # cosine floor (CosineAnnealingLR eta_min, stepped per epoch); official: min_lr 0
-
-    def __post_init__(self):
-        check_tuning_options(self, "method.first_session")
 
 
 @method_config("ranpac", module="norga.methods.ranpac")

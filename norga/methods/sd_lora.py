@@ -29,7 +29,7 @@ from ..models.lora_qkv import LoRABranch, LoRAQKV, branch_state, load_branches
 from ..toolkit.schedules import epoch_scheduler
 from ..toolkit.training import Stage, cross_entropy_term, run_stage
 from . import register_method
-from .base import Method, Prediction, TaskLoaders, TestBatch, lora_blocks
+from .base import LoRAMethod, TaskLoaders
 
 
 def direction_norm(branch: LoRABranch, kind: str) -> Tensor:
@@ -60,29 +60,21 @@ def rank_of(task: int, rank: int, task_ranks) -> int:
 
 
 @register_method("sd_lora")
-class SDLoRA(Method):
+class SDLoRA(LoRAMethod):
     """Wrappers by block (``wrappers``), magnitudes (one scalar per task), the head (D -> C)."""
 
     targets = ("q", "v")
 
     def __init__(self, vit, task_classes, cfg, device):
         super().__init__(vit, task_classes, cfg, device)
-        c = self.c = cfg.method
-        self.model = self.frozen_token_model(vit)
-        self.layers, self.wrappers = lora_blocks(vit, c.lora_layers, self.targets, device)
         for wrapper in self.wrappers.values():
             wrapper.coefficients = self.coefficients
         self.magnitudes = nn.ParameterList()
-        self.head = nn.Linear(self.model.embed_dim, self.num_classes).to(device)
-        nn.init.kaiming_uniform_(self.head.weight, nonlinearity="linear")
+        nn.init.kaiming_uniform_(self.head.weight, nonlinearity="linear")  # the official SimpleLinear's init
         nn.init.zeros_(self.head.bias)
 
     def coefficients(self, wrapper: LoRAQKV) -> Tensor:
         return component_coefficients(list(wrapper.branches), list(self.magnitudes), self.c.normalise)
-
-    @property
-    def train_batch_size(self) -> int:
-        return self.c.batch_size
 
     # ---- training ----------------------------------------------------------
     def start_task(self, task: int) -> List[nn.Parameter]:
@@ -118,11 +110,6 @@ class SDLoRA(Method):
                   batches=lambda epoch: loaders.train, forward=forward,
                   terms={"ce": cross_entropy_term(self.task_mask(task))})
         head.eval()
-
-    # ---- prediction -----------------------------------------------------------
-    def predict_batch(self, batch: TestBatch, cache: Any) -> Prediction:
-        logits = self.head(self.model(batch.images).float())
-        return Prediction(logits, logits)
 
     # ---- state ---------------------------------------------------------------
     def state_dict(self, task: int) -> Dict[str, Any]:

@@ -3,14 +3,10 @@
 ``build_backbone(preset="sup21k")`` or ``build_backbone(model_name=..., checkpoint=path)``
 returns a timm ``VisionTransformer`` without head (``num_classes=0``).
 
-Checkpoint files (``.pth``/``.pt``/``.pth.tar``, ``.safetensors``, ``.npz``) are
-read with ``torch.load(weights_only=True)`` / safetensors / timm's own npz
-loader. Published layouts are unwrapped by a registry of formats (iBOT
-teacher ``backbone.``, MoCo v3 ``module.base_encoder.``, DINO / timm plain),
-passed through timm's ``checkpoint_filter_fn`` (position-embedding resampling,
-DINOv2 layouts) and loaded **strictly**: any mismatch raises
-:class:`CheckpointError` listing missing and unexpected keys (or the
-tensors whose shapes differ).
+Checkpoint files are read and loaded strictly by :mod:`norga.models.checkpoints`
+(:func:`~norga.models.checkpoints.load_checkpoint`): any mismatch raises
+:class:`~norga.models.checkpoints.CheckpointError` listing missing and unexpected keys
+(or the tensors whose shapes differ).
 
 Hub weights (``pretrained=True``, no checkpoint) are taken from the local
 timm / Hugging Face cache when there (no network); otherwise a download is
@@ -26,21 +22,15 @@ import os
 import socket
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, Optional, Tuple
+from typing import Dict, Optional, Tuple
 from urllib.parse import urlparse
 
 import timm
 import torch
 from timm.data import resolve_data_config
-from timm.models.vision_transformer import checkpoint_filter_fn
 
 from ..config import ConfigError
-from ..errors import NorgaError
-from ..registry import registrar
-
-
-class CheckpointError(NorgaError, RuntimeError):
-    """A checkpoint file is missing, unreadable or does not match the model."""
+from .checkpoints import CheckpointError, first_line, load_checkpoint
 
 
 class WeightsUnavailable(CheckpointError):
@@ -68,123 +58,6 @@ BACKBONE_PRESETS: Dict[str, BackbonePreset] = {
     "moco1k": BackbonePreset("vit_base_patch16_224", "MoCo v3 ViT-B/16 vit-b-300ep.pth.tar "
                              "(facebookresearch/moco-v3 repository)"),
 }
-
-# ---- published checkpoint layouts -> plain timm-style state dicts ---------------
-CHECKPOINT_FORMATS: Dict[str, Callable[[dict], Optional[dict]]] = {}
-
-
-register_format = registrar(CHECKPOINT_FORMATS, "checkpoint format")  # decorator: @register_format("name")
-
-
-def _strip(sd: dict, prefix: str, drop=()) -> dict:
-    return {k[len(prefix):]: v for k, v in sd.items()
-            if k.startswith(prefix) and not any(k[len(prefix):].startswith(d) for d in drop)}
-
-
-@register_format("ibot_teacher")
-def _ibot(obj: dict) -> Optional[dict]:
-    sd = obj.get("teacher") if isinstance(obj.get("teacher"), dict) else obj
-    if any(k.startswith("backbone.") for k in sd):
-        return _strip(sd, "backbone.", drop=("head",))
-    return None
-
-
-@register_format("moco_v3")
-def _moco(obj: dict) -> Optional[dict]:
-    sd = obj.get("state_dict") if isinstance(obj.get("state_dict"), dict) else obj
-    if any(k.startswith("module.base_encoder.") for k in sd):
-        return _strip(sd, "module.base_encoder.", drop=("head",))
-    return None
-
-
-@register_format("plain")
-def _plain(obj: dict) -> Optional[dict]:
-    for key in ("model", "state_dict"):
-        if isinstance(obj.get(key), dict):
-            obj = obj[key]
-    if any(k.startswith("blocks.") for k in obj):
-        return {k: v for k, v in obj.items() if not k.startswith("head.")}
-    return None
-
-
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__
-
-
-def _read_failure(path: Path, err: BaseException) -> CheckpointError:
-    """A short diagnosis of an unreadable weights file (torch's own message can run to paragraphs)."""
-    with open(path, "rb") as f:
-        head = f.read(8)
-    if path.suffix != ".safetensors" and not head.startswith((b"PK", b"\x80")):
-        why = "not a PyTorch checkpoint (neither zip nor pickle format)"
-    elif "weights_only" in str(err) or "Unsupported global" in str(err):
-        why = "it holds pickled Python objects besides tensors, which are not loaded for safety"
-    else:
-        why = _first_line(err)
-    return CheckpointError(f"cannot read checkpoint {path}: {why}; is the file complete, and the right file "
-                           "for model.checkpoint?")
-
-
-def read_state_dict(path: Path) -> dict:
-    """Load a .pth/.pt/.tar or .safetensors file into a plain ViT state dict."""
-    try:
-        if path.suffix == ".safetensors":
-            from safetensors.torch import load_file
-            obj = load_file(str(path))
-        else:
-            obj = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # noqa: BLE001 - any reader failure is the same user-facing problem
-        raise _read_failure(path, err) from err
-    if not isinstance(obj, dict):
-        raise CheckpointError(f"{path} does not hold a state dict (got {type(obj).__name__})")
-    for name, unwrap in CHECKPOINT_FORMATS.items():
-        sd = unwrap(obj)
-        if sd:
-            return sd
-    raise CheckpointError(f"{path}: no ViT weights found (known layouts: {sorted(CHECKPOINT_FORMATS)}); "
-                          f"first keys: {list(obj)[:8]}")
-
-
-def _shape_mismatches(model: torch.nn.Module, sd: dict) -> list:
-    """'key: file (shape) vs model (shape)' for tensors present in both with different shapes."""
-    own = model.state_dict()
-    return [f"{k}: file {tuple(v.shape)} vs model {tuple(own[k].shape)}" for k, v in sd.items()
-            if k in own and hasattr(v, "shape") and tuple(v.shape) != tuple(own[k].shape)]
-
-
-def load_checkpoint(model: torch.nn.Module, path, hint: str = "") -> None:
-    """Load ``path`` strictly into ``model`` (a timm VisionTransformer, no head)."""
-    path = Path(path)
-    arch = model.default_cfg.get("architecture", type(model).__name__)
-    if path.is_dir():
-        raise CheckpointError(f"model.checkpoint {path} is a folder; give the weights file itself")
-    if not path.is_file():
-        raise CheckpointError(f"model.checkpoint: file not found: {path} (relative paths start at {Path.cwd()})"
-                              + (f"; get it from: {hint}" if hint else "; fix the path or set model.checkpoint=null"))
-    if path.suffix == ".npz":
-        try:
-            model.load_pretrained(str(path))
-        except Exception as err:  # noqa: BLE001
-            raise CheckpointError(f"cannot load npz checkpoint {path} into {arch}: {_first_line(err)}") from err
-        return
-    raw = read_state_dict(path)
-    try:
-        sd = checkpoint_filter_fn(raw, model)
-    except Exception as err:  # noqa: BLE001 - e.g. position embeddings of another width
-        raise CheckpointError(f"{path} does not match {arch}: {_first_line(err)}") from err
-    wrong = _shape_mismatches(model, sd)
-    if wrong:
-        raise CheckpointError(f"{path} does not match {arch}: {len(wrong)} tensors have other shapes, e.g. "
-                              f"{wrong[:3]}; is it a checkpoint of another architecture (model.name, "
-                              "model.timm_kwargs)?")
-    missing, unexpected = model.load_state_dict(sd, strict=False)
-    if missing or unexpected:
-        raise CheckpointError(
-            f"{path} does not match {arch}: "
-            f"{len(missing)} missing keys {missing[:10]}, {len(unexpected)} unexpected keys {unexpected[:10]}"
-        )
-
 
 # ---- timm hub weights: local cache lookup (no network) and offline-safe creation ------------
 def _hub_source(name: str) -> Tuple[str, object]:
@@ -262,7 +135,7 @@ def _create_hub_model(name: str, **timm_kwargs) -> torch.nn.Module:
     try:
         return timm.create_model(name, pretrained=True, num_classes=0, **timm_kwargs)
     except (OSError, RuntimeError, ValueError) as err:  # network, hub and file errors of the download
-        raise _unavailable(name, f"could not be downloaded ({_first_line(err)})") from err
+        raise _unavailable(name, f"could not be downloaded ({first_line(err)})") from err
 
 
 def hub_weights_status(name: str) -> str:
@@ -293,7 +166,7 @@ def build_backbone(preset: Optional[str] = None, model_name: Optional[str] = Non
                  else timm.create_model(name, pretrained=False, num_classes=0, **timm_kwargs))
     except (TypeError, AssertionError) as err:  # bad timm_kwargs: unknown argument, inconsistent sizes
         raise ConfigError(f"model.timm_kwargs: timm cannot build {name} with {timm_kwargs}: "
-                          f"{_first_line(err)}") from err
+                          f"{first_line(err)}") from err
     if checkpoint is not None:
         load_checkpoint(model, checkpoint, spec.source if spec else "")
     return model
