@@ -104,6 +104,8 @@ class Config:
     logging: LoggingConfig = field(default_factory=LoggingConfig)
 
     def __post_init__(self):
+        if not 0 <= self.seed < 2**43:  # named random streams need it (norga.toolkit.seeding)
+            raise ConfigError(f"seed: expected an integer in [0, 2**43), got {self.seed!r}")
         if self.amp is False:
             self.amp = "off"
         if self.amp not in AMP_MODES:

@@ -27,13 +27,13 @@ from ..config import ConfigError
 from ..toolkit.feature_cache import FeatureCache
 from ..toolkit.heads import init_linear_layers
 from ..toolkit.schedules import epoch_scheduler
-from ..toolkit.seeding import task_generator
+from ..toolkit.seeding import named_generator
 from ..toolkit.training import Stage, cross_entropy_term, run_stage
 from ..models.prompt_inputs import PromptInput
 from . import register_method
 from .base import Prediction, PrefixMethod, TaskLoaders, TestBatch, check_blocks
 
-INIT_STAGE = 0  # generator id of task t's new components: task_generator(seed, t, INIT_STAGE)
+INIT_STREAM = "coda.init"  # task t's new components: named_generator(seed, t, INIT_STREAM)
 POOLS = ("components", "keys", "attention")
 
 
@@ -89,7 +89,7 @@ class CODAPrompt(PrefixMethod):
                       "keys": torch.zeros(*shape, dim, device=device),
                       "attention": torch.zeros(*shape, dim, device=device)}
         if c.init == "orthogonal":  # the paper: all M orthogonal once, never re-drawn
-            self._draw_orthonormal(0, c.pool_size, task_generator(cfg.seed, 0, INIT_STAGE))
+            self._draw_orthonormal(0, c.pool_size, named_generator(cfg.seed, 0, INIT_STREAM))
         self.learned = 0
         self.head = init_linear_layers(nn.Linear(dim, self.num_classes), c.head_init).to(device)
 
@@ -141,7 +141,7 @@ class CODAPrompt(PrefixMethod):
         c, model, device, n = self.c, self.model, self.device, self.per_task
         start, end = task * n, (task + 1) * n
         if c.init == "gram_schmidt":
-            self._draw_orthonormal(start, end, task_generator(self.cfg.seed, task, INIT_STAGE))
+            self._draw_orthonormal(start, end, named_generator(self.cfg.seed, task, INIT_STREAM))
         new = {name: nn.Parameter(self.pools[name][:, start:end].clone()) for name in POOLS}
         in_use = lambda: tuple(torch.cat([self.pools[k][:, :start], new[k]], 1) for k in POOLS)  # noqa: E731
         params = [*new.values(), *model.gate_parameters_for(task), *self.head.parameters()]

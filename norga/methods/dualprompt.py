@@ -26,13 +26,13 @@ from torch import Tensor, nn
 
 from ..toolkit.feature_cache import FeatureCache
 from ..toolkit.heads import init_linear_layers
-from ..toolkit.seeding import task_generator
+from ..toolkit.seeding import named_generator
 from ..toolkit.training import Stage, cross_entropy_term, run_stage
 from ..models.prompt_inputs import PromptInput
 from . import register_method
 from .base import Prediction, PrefixMethod, TaskLoaders, TestBatch, check_blocks, scaled_lr
 
-INIT_STAGE = 0  # generator id of the prompts' and keys' initialisation: task_generator(seed, 0, INIT_STAGE)
+INIT_STREAM = "dualprompt.init"  # the prompts' and keys' initialisation: named_generator(seed, 0, INIT_STREAM)
 
 
 def nearest_key(query: Tensor, keys: Tensor) -> Tensor:
@@ -58,7 +58,7 @@ class DualPrompt(PrefixMethod):
         check_blocks(vit, {"method.g_prompt_layers": self.g_layers, "method.e_prompt_layers": self.e_layers})
         self.model = self.gated_prefix_model(vit, sorted(self.g_layers + self.e_layers))
         heads, head_dim, dim = self.model.num_heads, self.model.head_dim, self.model.embed_dim
-        g = task_generator(cfg.seed, 0, INIT_STAGE)
+        g = named_generator(cfg.seed, 0, INIT_STREAM)
         uniform = lambda *shape: (2 * torch.rand(*shape, generator=g) - 1).to(device)  # noqa: E731 - U(-1, 1)
         self.g_prompt = nn.Parameter(uniform(len(self.g_layers), 2, c.g_prompt_length, heads, head_dim))
         self.e_prompts = uniform(self.num_tasks, len(self.e_layers), 2, c.e_prompt_length, heads, head_dim)

@@ -28,13 +28,13 @@ from torch import Tensor, nn
 
 from ..toolkit.feature_cache import FeatureCache
 from ..toolkit.heads import init_linear_layers
-from ..toolkit.seeding import task_generator
+from ..toolkit.seeding import named_generator
 from ..toolkit.training import Stage, cross_entropy_term, run_stage
 from ..models.prompt_inputs import PromptInput
 from . import register_method
 from .base import Method, Prediction, TaskLoaders, TestBatch, scaled_lr
 
-INIT_STAGE = 0  # generator id of the pool's initialisation: task_generator(seed, 0, INIT_STAGE)
+INIT_STREAM = "l2p.init"  # the pool's and keys' initialisation: named_generator(seed, 0, INIT_STREAM)
 
 
 def top_k_keys(query: Tensor, keys: Tensor, k: int) -> tuple:
@@ -59,7 +59,7 @@ class L2P(Method):
         self.c = c = cfg.method
         self.model = self.frozen_token_model(vit)
         width, dim = self.model.spec.embed_dim, self.model.embed_dim
-        g = task_generator(cfg.seed, 0, INIT_STAGE)
+        g = named_generator(cfg.seed, 0, INIT_STREAM)
         uniform = lambda *shape: (2 * torch.rand(*shape, generator=g) - 1).to(device)  # noqa: E731
         self.prompts = nn.Parameter(uniform(c.pool_size, c.prompt_length, width))
         self.keys = nn.Parameter(uniform(c.pool_size, dim))

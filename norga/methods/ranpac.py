@@ -19,13 +19,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..toolkit.seeding import task_generator
+from ..toolkit.seeding import named_generator, task_generator
 from ..toolkit.stages import extract_features
 from . import register_method
 from .adapter_stage import TunedView, attach_tuning, cached_features, freeze, tune_first_task
 from .base import Method, Prediction, TaskLoaders, TestBatch, chosen_blocks
 
-_PROJECTION_STAGE, _SPLIT_STAGE = 0, 1  # stages of task_generator: the projection (task 0) and each task's split
+PROJECTION_STREAM = "ranpac.projection"  # named_generator(seed, 0, PROJECTION_STREAM): independent of the data
+_SPLIT_STAGE = 1  # stage of task_generator: each task's split for choosing lambda
 TUNED = 0  # the tuning index of the phase-1 tuning (RanPAC has at most one)
 
 
@@ -69,7 +70,7 @@ class RanPAC(Method):
         self.tuned = None if first.tuning == "none" else attach_tuning(self.model.vit, first.tuning, self.layers,
                                                                       first, dim)
         self.active: Optional[int] = None if self.tuned is None else TUNED  # the tuning that makes the features
-        gen = task_generator(cfg.seed, 0, _PROJECTION_STAGE)
+        gen = named_generator(cfg.seed, 0, PROJECTION_STREAM)
         self.projection = torch.randn(dim, m, generator=gen).to(device)
         self.gram = torch.zeros(m, m, dtype=torch.float64, device=device)
         self.targets = torch.zeros(m, self.num_classes, dtype=torch.float64, device=device)
