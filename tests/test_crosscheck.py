@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.crosscheck.training import authors_log, coda_results, collect, norga_run
+from bench.crosscheck.training import METRICS, authors_log, coda_results, collect, mean_lines, norga_run
+from bench.crosscheck.training import main as training_main
 from norga.config import load_config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -111,3 +112,29 @@ def test_collect_names_unfinished_coda_repeats(tmp_path):
     rows, missing = collect(tmp_path)
     assert [r["seed"] for r in rows if r["method"] == "coda"] == [0]
     assert any("1 of 3 repeats finished" in m for m in missing)
+
+
+def _finished_norga_run(root, name, acc):
+    run = root / "runs" / name
+    run.mkdir(parents=True)
+    matrix = [[acc if i <= j else None for j in range(5)] for i in range(5)]
+    (run / "metrics.json").write_text(json.dumps({"completed_tasks": 5, "num_tasks": 5, "acc_matrix": matrix}))
+
+
+def test_recollecting_one_side_keeps_the_others_and_relabels_the_old_rows(tmp_path):
+    results = tmp_path / "results.json"
+    old = [{"method": "l2p", "side": s, "seed": 42, **dict.fromkeys(METRICS), "FA": fa} for s, fa in
+           [("reference_fixed", 0.15), ("norga", 0.20), ("simplecil", 0.21)]]
+    results.write_text(json.dumps({"rows": old, "missing": []}))
+    _finished_norga_run(tmp_path, "norga_l2p_s42", 0.16)
+    training_main(["--collect", str(tmp_path), "--results", str(results), "--sides", "norga",
+                   "--keep-as", "norga_shared_stream"])
+    rows = {(r["method"], r["side"], r["seed"]): r["FA"] for r in json.loads(results.read_text())["rows"]}
+    assert rows[("l2p", "reference_fixed", 42)] == 0.15 and rows[("l2p", "simplecil", 42)] == 0.21
+    assert rows[("l2p", "norga_shared_stream", 42)] == 0.20 and math.isclose(rows[("l2p", "norga", 42)], 0.16)
+    assert not any(side == "reference_fixed" and m == "coda" for m, side, _ in rows)  # reference side not parsed
+    table = "\n".join(mean_lines(json.loads(results.read_text())["rows"]))
+    assert "| l2p | 15.0 (n=1) | 16.0 (n=1) | +1.0 | 20.0 (n=1), +5.0 |" in table
+    with pytest.raises(SystemExit):  # the old rows may not be kept under a compared side's name
+        training_main(["--collect", str(tmp_path), "--results", str(results), "--sides", "norga",
+                       "--keep-as", "reference_fixed"])

@@ -1,6 +1,8 @@
 """Training side of the cross-check: norga and the reference code on the same small task, 3 seeds per side.
 
     python -m bench.crosscheck.training --collect DIR     # parse DIR's runs into bench/results/crosscheck_training.json
+    python -m bench.crosscheck.training --collect DIR --sides norga --keep-as norga_shared_stream
+                                                          # re-collect norga's side only; its old rows kept, relabelled
     python -m bench.crosscheck.training                   # print the tables of the committed rows
 
 DIR holds what ``docs/crosscheck.md`` ("Repeat the training runs") produces:
@@ -31,6 +33,9 @@ from norga.metrics import as_matrix, forgetting_coda, summarize
 from norga.summary_stats import describe, paired
 
 RESULTS = REPO / "bench" / "results" / "crosscheck_training.json"
+# the sides of a table, in table order: the reference code (fixed / as released), norga, norga before the named
+# random streams (its initial values drawn from the stream of task 0's data order, docs/crosscheck.md), prompt-free
+SIDES = ("reference_fixed", "norga", "norga_shared_stream", "reference_shipped", "simplecil")
 # method -> (reference log/run prefix, norga config name, the seeds both sides ran)
 METHODS: Dict[str, tuple] = {
     "l2p": ("ref_l2p", "norga_l2p", (42, 40, 44, 1, 2, 3, 4, 5)),  # more seeds: 3 gave +2.1 [+0.1, +4.1], 5 +2.4
@@ -113,12 +118,14 @@ def _sources(root: Path, method: str) -> List[tuple]:
     return out
 
 
-def collect(root: Path) -> tuple:
+def collect(root: Path, sides: Optional[tuple] = None) -> tuple:
     """(rows, missing): every run under ``root`` as rows {method, side, seed, metrics...}, and the paths of
-    the runs that are absent or unfinished (with the reason)."""
+    the runs that are absent or unfinished (with the reason). ``sides``: only those (default: all)."""
     rows, missing = [], []
     for method in METHODS:
         for side, seed, path, parse in _sources(root, method):
+            if sides is not None and side not in sides:
+                continue
             try:
                 rows.append({"method": method, "side": side, "seed": seed,
                              **parse(path.parent if parse is norga_run else path)})
@@ -127,7 +134,7 @@ def collect(root: Path) -> tuple:
                     missing.append(f"{path}: {e}")
             except (OSError, ValueError) as e:
                 missing.append(f"{path}: {e}")
-        if method == "coda":
+        if method == "coda" and (sides is None or "reference_fixed" in sides):
             seeds, run = METHODS[method][2], root / "runs" / METHODS[method][0]
             try:
                 scored = coda_results(run)
@@ -147,26 +154,37 @@ def _pct(v: Optional[float]) -> str:
 def per_seed_lines(rows: List[dict], method: str) -> List[str]:
     """Per-seed table of one method: side | seed | FA | CA | FM | FM_official | FGT_coda | task acc."""
     lines = ["| side | seed | " + " | ".join(METRICS) + " |", "|---|---|" + "---|" * len(METRICS)]
-    for side in ("reference_fixed", "norga", "reference_shipped", "simplecil"):
+    for side in SIDES:
         for r in (r for r in rows if r["method"] == method and r["side"] == side):
             lines.append(f"| {side} | {r['seed']} | " + " | ".join(_pct(r[k]) for k in METRICS) + " |")
     return lines
 
 
+def _difference(a: Dict[int, float], b: Dict[int, float]) -> str:
+    """Mean of a − b over the seeds both have, in points, with the 95% t interval; '–' without common seeds."""
+    if not set(a) & set(b):
+        return "–"
+    _, d = paired(a, b)
+    return f"{100 * d.mean:+.1f}" + (f" [{100 * d.low:+.1f}, {100 * d.high:+.1f}]" if d.n > 1 else "")
+
+
 def mean_lines(rows: List[dict]) -> List[str]:
-    """Per method: mean FA of each side and norga − reference (paired by seed) with a 95% t interval."""
-    lines = ["| method | reference FA | norga FA | norga − reference FA [95% CI] | reference as shipped FA | "
-             "SimpleCIL FA (prompt-free) |", "|---|---|---|---|---|---|"]
+    """Per method: mean FA of each side and norga − reference (paired by seed) with a 95% t interval; the same
+    for norga's rows from before the named random streams where they exist."""
+    lines = ["| method | reference FA | norga FA | norga − reference FA [95% CI] | norga before the named streams: "
+             "FA, − reference | reference as shipped FA | SimpleCIL FA (prompt-free) |", "|---|---|---|---|---|---|---|"]
     for method in METHODS:
         by_side = {side: {r["seed"]: r["FA"] for r in rows if r["method"] == method and r["side"] == side}
-                   for side in ("reference_fixed", "norga", "reference_shipped", "simplecil")}
+                   for side in SIDES}
         if not by_side["norga"] or not by_side["reference_fixed"]:
             continue
         mean = {s: describe(list(v.values())) if v else None for s, v in by_side.items()}
-        _, d = paired(by_side["norga"], by_side["reference_fixed"])
-        diff = f"{100 * d.mean:+.1f}" + (f" [{100 * d.low:+.1f}, {100 * d.high:+.1f}]" if d.n > 1 else "")
         cell = lambda e: "–" if e is None else f"{100 * e.mean:.1f} (n={e.n})"  # noqa: E731
-        lines.append(f"| {method} | {cell(mean['reference_fixed'])} | {cell(mean['norga'])} | {diff} | "
+        before = mean["norga_shared_stream"]
+        before = "–" if before is None else \
+            f"{cell(before)}, {_difference(by_side['norga_shared_stream'], by_side['reference_fixed'])}"
+        lines.append(f"| {method} | {cell(mean['reference_fixed'])} | {cell(mean['norga'])} | "
+                     f"{_difference(by_side['norga'], by_side['reference_fixed'])} | {before} | "
                      f"{cell(mean['reference_shipped'])} | {cell(mean['simplecil'])} |")
     return lines
 
@@ -176,7 +194,7 @@ def per_task_lines(rows: List[dict], method: str) -> List[str]:
     task (S[t, T-1]): where the two sides' runs part."""
     lines = ["| side | seeds | accuracy right after learning task 0..T-1 | accuracy after the last task |",
              "|---|---|---|---|"]
-    for side in ("reference_fixed", "norga"):
+    for side in ("reference_fixed", "norga", "norga_shared_stream"):
         mats = [np.array(r["acc_matrix"], dtype=float) for r in rows if r["method"] == method and r["side"] == side]
         if mats:
             diag = np.mean([np.diag(m) for m in mats], 0)
@@ -190,13 +208,33 @@ def load(path: Path = RESULTS) -> List[dict]:
     return json.loads(path.read_text())["rows"] if path.exists() else []
 
 
+def merge(old: List[dict], new: List[dict], sides: tuple, keep_as: Optional[str]) -> List[dict]:
+    """``old`` rows with those of ``sides`` replaced by ``new``; with ``keep_as`` the replaced rows stay, their
+    side renamed (e.g. norga's rows of an earlier version), replacing any rows already under that name."""
+    if keep_as in sides or keep_as in ("reference_fixed", "norga", "reference_shipped", "simplecil"):
+        raise ValueError(f"--keep-as {keep_as!r} would overwrite a side that is collected or compared")
+    kept = [r for r in old if r["side"] not in sides and r["side"] != keep_as]
+    renamed = [{**r, "side": keep_as} for r in old if keep_as and r["side"] in sides]
+    return kept + renamed + new
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--collect", type=Path, default=None, help="folder of the runs to parse into --results")
     p.add_argument("--results", type=Path, default=RESULTS)
+    p.add_argument("--sides", nargs="+", choices=SIDES, default=None,
+                   help="collect only these sides and keep the other sides' rows of --results (default: all)")
+    p.add_argument("--keep-as", default=None, help="with --sides: keep the replaced rows under this side name")
     args = p.parse_args(argv)
+    if args.keep_as and not args.sides:
+        p.error("--keep-as needs --sides (the sides whose old rows it keeps)")
     if args.collect:
-        rows, missing = collect(args.collect)
+        rows, missing = collect(args.collect, tuple(args.sides) if args.sides else None)
+        if args.sides:
+            try:
+                rows = merge(load(args.results), rows, tuple(args.sides), args.keep_as)
+            except ValueError as e:
+                p.error(str(e))
         args.results.write_text(json.dumps({"rows": rows, "missing": missing}, indent=1) + "\n")
         for m in missing:
             print(f"missing: {m}")
