@@ -202,6 +202,11 @@ MUTANTS = (
            ("tests/test_sd_lora.py",)),
     Mutant("sd_lora_magnitudes_never_reset", "norga/methods/sd_lora.py", 'if c.magnitudes == "reset":', "if False:",
            ("tests/test_sd_lora.py",)),
+    # random streams: a method's initial values drawn from task 0's data stream again (the L2P gap's cause)
+    Mutant("l2p_init_from_the_data_stream", "norga/methods/l2p.py", "g = named_generator(cfg.seed, 0, INIT_STREAM)",
+           "g = torch.Generator().manual_seed(cfg.seed * 1_000_003)", ("tests/test_seeding.py",)),
+    Mutant("named_streams_without_the_top_bit", "norga/toolkit/seeding.py", "int(state) | NAMED_STREAM_BIT",
+           "int(state) >> 23", ("tests/test_seeding.py",)),
 )
 
 
