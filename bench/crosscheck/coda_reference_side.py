@@ -19,15 +19,13 @@ trained tensor from norga's.
 """
 from __future__ import annotations
 
-import argparse
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import torch
 from torch import nn
 
-from reference_side import biggest  # run as a script: bench/crosscheck is on sys.path
+from reference_side import biggest, reference_args  # run as a script: bench/crosscheck is on sys.path
 
 LAYERS = [0, 1, 2, 3, 4]
 
@@ -126,15 +124,11 @@ def gram_schmidt_check(ref: dict, checkpoint: Path) -> None:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--ref", type=Path, required=True, help="checkout of GT-RIPL/CODA-Prompt")
-    p.add_argument("--saved", type=Path, required=True, help="what bench.crosscheck.coda_norga_side wrote")
-    p.add_argument("--gram-schmidt", type=Path, default=None, metavar="CHECKPOINT",
-                   help="also measure its Gram-Schmidt draw on a trained task-2 checkpoint (class.pth)")
-    args = p.parse_args(argv)
-    torch.set_num_threads(1)
+    gram_schmidt = lambda p: p.add_argument(  # noqa: E731
+        "--gram-schmidt", type=Path, default=None, metavar="CHECKPOINT",
+        help="also measure its Gram-Schmidt draw on a trained task-2 checkpoint (class.pth)")
+    args = reference_args(__doc__, "GT-RIPL/CODA-Prompt", "bench.crosscheck.coda_norga_side", argv, gram_schmidt)
     torch.Tensor.cuda = lambda self, *a, **k: self.clone()  # its two .cuda() calls, on the CPU (in memory)
-    sys.path.insert(0, str(args.ref))
     from learners.default import NormalNN
     from learners.prompt import Prompt
     from models.vit import VisionTransformer

@@ -12,14 +12,11 @@ max |reference − norga| of each trained tensor. Nothing is copied from the ref
 """
 from __future__ import annotations
 
-import argparse
-import sys
 from argparse import Namespace
-from pathlib import Path
 
 import torch
 
-from reference_side import biggest, load_backbone, reference_vit
+from reference_side import biggest, load_backbone, reference_args, reference_vit
 
 
 def build_l2p(vit_class, saved: dict):
@@ -47,13 +44,7 @@ def differences(model, norga: dict) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--ref", type=Path, required=True, help="checkout of Minhchuyentoancbn/MoE_PromptCL")
-    p.add_argument("--saved", type=Path, required=True, help="what bench.crosscheck.lockstep_norga wrote")
-    args = p.parse_args(argv)
-    torch.set_num_threads(1)
-    torch.cuda.synchronize = lambda *a, **k: None  # the reference calls it after every step; a no-op on the CPU
-    sys.path.insert(0, str(args.ref))
+    args = reference_args(__doc__, "Minhchuyentoancbn/MoE_PromptCL", "bench.crosscheck.lockstep_norga", argv)
     from engines.dp_engine import evaluate, train_one_epoch
     from timm.optim import create_optimizer
     from vits.dp_vision_transformer import VisionTransformer

@@ -21,6 +21,22 @@ import torch
 from torch import nn
 
 
+def reference_args(doc: str, repository: str, writer: str, argv=None, extra=None) -> argparse.Namespace:
+    """Parse a reference-side script's ``--ref CHECKOUT --saved PATH`` (and what ``extra(parser)`` adds); then one
+    torch thread, the checkout importable (the reference codes import their modules by top-level names) and
+    ``torch.cuda.synchronize`` a no-op (the authors' code calls it after every step)."""
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--ref", type=Path, required=True, help=f"checkout of {repository}")
+    p.add_argument("--saved", type=Path, required=True, help=f"what {writer} wrote")
+    if extra is not None:
+        extra(p)
+    args = p.parse_args(argv)
+    torch.set_num_threads(1)
+    torch.cuda.synchronize = lambda *a, **k: None
+    sys.path.insert(0, str(args.ref))
+    return args
+
+
 def reference_vit(vit_class, **prompting):
     """The reference VisionTransformer as DINOv2 ViT-S/14 at 56 px (layer scale, LayerNorm eps 1e-6), 50 classes."""
     return vit_class(img_size=56, patch_size=14, embed_dim=384, depth=12, num_heads=6, mlp_ratio=4.0, qkv_bias=True,
@@ -102,12 +118,7 @@ def check_dualprompt(vit_class, prompt_module, base: dict, saved: dict) -> None:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--ref", type=Path, required=True, help="checkout of Minhchuyentoancbn/MoE_PromptCL")
-    p.add_argument("--saved", type=Path, required=True, help="what bench.crosscheck.norga_side wrote")
-    args = p.parse_args(argv)
-    torch.set_num_threads(1)
-    sys.path.insert(0, str(args.ref))  # the reference imports its own modules by top-level names
+    args = reference_args(__doc__, "Minhchuyentoancbn/MoE_PromptCL", "bench.crosscheck.norga_side", argv)
     from vits.dp_vision_transformer import VisionTransformer
     import peft.prompt.dp_prompt as prompt_module
 

@@ -12,16 +12,13 @@ within the selected task and the predictions against norga's. Nothing is patched
 """
 from __future__ import annotations
 
-import argparse
-import sys
 from functools import partial
-from pathlib import Path
 from types import SimpleNamespace
 
 import torch
 from torch import nn
 
-from reference_side import biggest  # run as a script: bench/crosscheck is on sys.path
+from reference_side import biggest, reference_args  # run as a script: bench/crosscheck is on sys.path
 
 
 def sinet(ref: dict, saved: dict):
@@ -68,12 +65,7 @@ def check(ref: dict, saved: dict) -> None:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--ref", type=Path, required=True, help="checkout of iamwangyabin/S-Prompts")
-    p.add_argument("--saved", type=Path, required=True, help="what bench.crosscheck.sprompt_norga_side wrote")
-    args = p.parse_args(argv)
-    torch.set_num_threads(1)
-    sys.path.insert(0, str(args.ref))
+    args = reference_args(__doc__, "iamwangyabin/S-Prompts", "bench.crosscheck.sprompt_norga_side", argv)
     from methods.sprompt import SPrompts
     from models.sinet import SiNet, ViT_Prompts
 

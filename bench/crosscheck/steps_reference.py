@@ -13,14 +13,11 @@ reference.
 """
 from __future__ import annotations
 
-import argparse
-import sys
 from argparse import Namespace
-from pathlib import Path
 
 import torch
 
-from reference_side import biggest, load_backbone, patch_prefix_reshape, reference_vit
+from reference_side import biggest, load_backbone, patch_prefix_reshape, reference_args, reference_vit
 
 LR = 0.0025
 
@@ -87,13 +84,7 @@ def run(modules: dict, name: str, saved: dict, patched: bool) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--ref", type=Path, required=True, help="checkout of Minhchuyentoancbn/MoE_PromptCL")
-    p.add_argument("--saved", type=Path, required=True, help="what bench.crosscheck.steps_norga wrote")
-    args = p.parse_args(argv)
-    torch.set_num_threads(1)
-    torch.cuda.synchronize = lambda *a, **k: None  # the reference calls it after every step; a no-op on the CPU
-    sys.path.insert(0, str(args.ref))
+    args = reference_args(__doc__, "Minhchuyentoancbn/MoE_PromptCL", "bench.crosscheck.steps_norga", argv)
     from engines.dp_engine import train_one_epoch
     from timm.optim import create_optimizer
     from vits.dp_vision_transformer import VisionTransformer
