@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import collections
-import gzip
 import hashlib
 
 import numpy as np
@@ -62,19 +61,26 @@ def test_shipped_coda_prompt_split_matches_codas_files():
     assert split_checksum(train, test) == splits.CODA_SPLIT_SHA256
 
 
+def test_writing_the_shipped_split_again_gives_the_same_bytes(tmp_path):
+    """The converter's format is the shipped file's: read, write again, byte-identical (hence same sha256)."""
+    again = tmp_path / "again.tsv"
+    splits.write_shipped(splits.read_shipped(), again)
+    assert again.read_bytes() == splits.SHIPPED.read_bytes()
+
+
 def test_corrupted_shipped_split_is_refused(full_root, tmp_path, monkeypatch):
-    """A valid gzip whose content lost one line is refused by its sha256, through the benchmark too."""
+    """A list that lost one line is refused by its sha256, through the benchmark too."""
     assert hashlib.sha256(splits.SHIPPED.read_bytes()).hexdigest() == splits.SHIPPED_SHA256
-    lines = gzip.decompress(splits.SHIPPED.read_bytes()).decode().splitlines()
-    bad = tmp_path / "corrupted.tsv.gz"
-    bad.write_bytes(gzip.compress(("\n".join(lines[:-1]) + "\n").encode(), mtime=0))
-    with pytest.raises(DataError, match=f"corrupted.tsv.gz has sha256 .*, expected {splits.SHIPPED_SHA256}.*reinstall"):
+    lines = splits.SHIPPED.read_text().splitlines()
+    bad = tmp_path / "corrupted.tsv"
+    bad.write_text("\n".join(lines[:-1]) + "\n")
+    with pytest.raises(DataError, match=f"corrupted.tsv has sha256 .*, expected {splits.SHIPPED_SHA256}.*reinstall"):
         splits.read_shipped(bad)
     monkeypatch.setattr(splits, "SHIPPED", bad)
     with pytest.raises(DataError, match="damaged or modified"):
         bench(full_root, split="coda_prompt")
-    monkeypatch.setattr(splits, "SHIPPED", tmp_path / "absent.tsv.gz")
-    with pytest.raises(DataError, match="cannot read norga's split list .*absent.tsv.gz"):
+    monkeypatch.setattr(splits, "SHIPPED", tmp_path / "absent.tsv")
+    with pytest.raises(DataError, match="cannot read norga's split list .*absent.tsv"):
         bench(full_root, split="coda_prompt")
 
 

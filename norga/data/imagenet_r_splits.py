@@ -7,14 +7,13 @@ is compared with.
   same two files byte for byte. 24,000 train / 6,000 test images drawn at random over the whole dataset
   (per class between 71 % and 92 % train), and CODA-Prompt's own class ids (``targets``), so
   ``class_order: natural`` gives its unshuffled task order. Read from our converted copy
-  (``splits/imagenet_r_coda_prompt.tsv.gz``) or, with ``data.options.split_root``, from a folder holding the
+  (``splits/imagenet_r_coda_prompt.tsv``, plain text) or, with ``data.options.split_root``, from a folder holding the
   two original yaml files, checked against their sha256.
 * ``folders``: pre-split ``imagenet-r/train/<wnid>/`` and ``imagenet-r/test/<wnid>/`` folders, as
   LAMDA-PILOT reads them (``torchvision.datasets.ImageFolder``: labels = sorted folder names).
 """
 from __future__ import annotations
 
-import gzip
 import hashlib
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
@@ -22,8 +21,8 @@ from typing import Dict, List, Optional, Tuple
 from .sources import DataError
 
 SPLITS = ("seeded", "coda_prompt", "folders")
-SHIPPED = Path(__file__).parent / "splits" / "imagenet_r_coda_prompt.tsv.gz"
-SHIPPED_SHA256 = "1eaa4fdf61abfaac5b79809ac6d9faf62c7c674a630f3e17253ba9a981b80ead"  # of SHIPPED's bytes (sha256sum)
+SHIPPED = Path(__file__).parent / "splits" / "imagenet_r_coda_prompt.tsv"
+SHIPPED_SHA256 = "54e62af8f795128e5e6192987bda6688bd2fe32b8aadd516815bf85136b4b1ed"  # of SHIPPED's bytes (sha256sum)
 CODA_FILES = {  # sha256 of the files in GT-RIPL/CODA-Prompt (commit 6417d4f) = aimagelab/mammoth (e75a491)
     "train": ("imagenet-r_train.yaml", "6bcaa14ca9359915ac3a44c48ae71388146385686eb15da79a37844421a0b845"),
     "test": ("imagenet-r_test.yaml", "57275ac242d68983a4f39ccb81ec34f48b1bd920b9cd79e6e8040d7c042db02a"),
@@ -89,7 +88,10 @@ def read_coda_root(split_root: Path) -> Split:
 
 
 def write_shipped(split: Split, path: Path = SHIPPED) -> None:
-    """Write a split as our gzipped TSV: ``class<TAB>wnid<TAB>id`` then ``train|test<TAB>relative path``.
+    """Write a split as our plain TSV: ``class<TAB>wnid<TAB>id`` then ``train|test<TAB>relative path``.
+
+    Plain text with ``\\n`` line ends (``.gitattributes`` keeps git from converting them), so the list is
+    reviewable in a diff and its bytes, hence its sha256, are the same on every platform.
 
     A new :data:`SHIPPED` needs its sha256 in :data:`SHIPPED_SHA256`, else :func:`read_shipped` refuses it.
     """
@@ -99,12 +101,11 @@ def write_shipped(split: Split, path: Path = SHIPPED) -> None:
     lines += [f"class\t{w}\t{c}" for w, c in sorted(classes.items(), key=lambda item: item[1])]
     lines += [f"train\t{p}" for p in train] + [f"test\t{p}" for p in test]
     path.parent.mkdir(parents=True, exist_ok=True)
-    with gzip.GzipFile(path, "wb", mtime=0) as f:  # mtime 0: the same bytes on every conversion
-        f.write(("\n".join(lines) + "\n").encode())
+    path.write_bytes(("\n".join(lines) + "\n").encode())
 
 
 _RESTORE = ("reinstall norga (pip install --force-reinstall norga) or restore the file (git checkout -- "
-            "norga/data/splits/imagenet_r_coda_prompt.tsv.gz), or read CODA-Prompt's yaml files with "
+            "norga/data/splits/imagenet_r_coda_prompt.tsv), or read CODA-Prompt's yaml files with "
             "data.options.split_root")
 
 
@@ -125,7 +126,7 @@ def read_shipped(path: Optional[Path] = None) -> Split:
     """Our converted copy of CODA-Prompt's split (default :data:`SHIPPED`), refused unless its sha256 matches."""
     data = _read_checked(Path(path or SHIPPED))
     train, test, classes = [], [], {}
-    for line in gzip.decompress(data).decode().splitlines():
+    for line in data.decode().splitlines():
         fields = line.split("\t")
         if fields[0] == "class":
             classes[fields[1]] = int(fields[2])
