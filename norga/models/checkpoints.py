@@ -41,20 +41,16 @@ def _strip(sd: dict, prefix: str, drop=()) -> dict:
             if k.startswith(prefix) and not any(k[len(prefix):].startswith(d) for d in drop)}
 
 
-@register_format("ibot_teacher")
-def _ibot(obj: dict) -> Optional[dict]:
-    sd = obj.get("teacher") if isinstance(obj.get("teacher"), dict) else obj
-    if any(k.startswith("backbone.") for k in sd):
-        return _strip(sd, "backbone.", drop=("head",))
-    return None
+def _prefixed(container: str, prefix: str):
+    """A format whose backbone sits under ``prefix`` in ``obj[container]`` (or in ``obj`` itself); heads dropped."""
+    def read(obj: dict) -> Optional[dict]:
+        sd = obj.get(container) if isinstance(obj.get(container), dict) else obj
+        return _strip(sd, prefix, drop=("head",)) if any(k.startswith(prefix) for k in sd) else None
+    return read
 
 
-@register_format("moco_v3")
-def _moco(obj: dict) -> Optional[dict]:
-    sd = obj.get("state_dict") if isinstance(obj.get("state_dict"), dict) else obj
-    if any(k.startswith("module.base_encoder.") for k in sd):
-        return _strip(sd, "module.base_encoder.", drop=("head",))
-    return None
+register_format("ibot_teacher")(_prefixed("teacher", "backbone."))
+register_format("moco_v3")(_prefixed("state_dict", "module.base_encoder."))
 
 
 @register_format("plain")
