@@ -26,7 +26,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 from bench import mixed_domains
 from bench.regime_data import regime_extra
@@ -42,9 +42,10 @@ def mean_of(values) -> float:
     return sum(values) / len(values) if values else math.nan
 
 
-def row_of(arm: str, seed: int, metrics: dict, minutes: float) -> dict:
+def row_of(arm: str, seed: int, metrics: dict, minutes: float, threads: Optional[int] = None) -> dict:
     """One table row: accuracies as fractions; the diagnostics averaged over tasks (NaN without prompts; TII NaN
-    for methods that infer no task id)."""
+    for methods that infer no task id); ``minutes`` of training + evaluation with ``threads`` torch threads (None:
+    not recorded, e.g. a row of a run finished by an earlier call)."""
     tii = metrics["tii_accuracy"]
     diag = (metrics.get("method") or {}).get("diagnostics") or []
     return {"run": arm, "seed": seed, "FA": metrics["FA"], "CA": metrics["CA"], "FM": metrics["FM"],
@@ -53,21 +54,29 @@ def row_of(arm: str, seed: int, metrics: dict, minutes: float) -> dict:
             "wtp_gain": mean_of(d["til_prompted_before_tap"] - d["til_frozen_probe"] for d in diag),
             "feat_trained": mean_of(d["feature_change_trained"] for d in diag),
             "feat_random": mean_of(d["feature_change_random"] for d in diag),
-            "BWT": metrics.get("BWT"), "minutes": minutes}
+            "BWT": metrics.get("BWT"), "minutes": minutes, "threads": threads}
+
+
+def _finished(run_dir: Path) -> bool:
+    """True when the run folder already holds a complete run (its time was spent by an earlier call)."""
+    path = run_dir / "metrics.json"
+    return path.is_file() and json.loads(path.read_text()).get("status") == "complete"
 
 
 def run_one(regime: Regime, arm: str, seed: int, args) -> dict:
+    import torch
     from norga.engine import run_training
 
     cfg = regime.config(arm, args.quick, [f"seed={seed}", *args.extra])
     start = time.time()
+    finished_before = _finished(args.runs_dir / f"{arm}_seed{seed}")
     metrics = run_training(cfg, args.runs_dir / f"{arm}_seed{seed}")
     if metrics.get("completed_tasks") != cfg.data.num_tasks:
         raise RuntimeError(f"run {arm} seed {seed} did not complete all tasks")
     minutes = sum(metrics["task_seconds"]) / 60  # training + evaluation of all tasks, also across resumes
     print(f"{arm} seed {seed}: FA {metrics['FA']:.4f} TIL_FA {metrics['til_FA']:.4f} "
           f"({(time.time() - start) / 60:.1f} min in this call)", flush=True)
-    row = row_of(arm, seed, metrics, minutes)
+    row = row_of(arm, seed, metrics, minutes, None if finished_before else torch.get_num_threads())
     if is_moe_arm(arm):
         row.update(routing_fields(args.runs_dir / f"{arm}_seed{seed}"))
     return row
@@ -86,10 +95,11 @@ def _cell(row: dict, key: str) -> str:
 
 
 def rows_table(rows: List[dict]) -> List[str]:
-    lines = ["| run | seed | " + " | ".join(ROW_COLUMNS) + " | minutes |", "|---" * (len(ROW_COLUMNS) + 3) + "|"]
+    lines = ["| run | seed | " + " | ".join(ROW_COLUMNS) + " | minutes | threads |",
+             "|---" * (len(ROW_COLUMNS) + 4) + "|"]
     for r in sorted(rows, key=lambda r: (r["seed"], r["run"])):
         lines.append(f"| {r['run']} | {r['seed']} | " + " | ".join(_cell(r, k) for k in ROW_COLUMNS)
-                     + f" | {r['minutes']:.1f} |")
+                     + f" | {r['minutes']:.1f} | {r.get('threads') or '–'} |")
     return lines
 
 
@@ -231,13 +241,12 @@ def parse_args(argv=None):
 
 
 def header_of(regime: Regime, quick: bool) -> str:
-    import torch
-
     return (f"{regime.description}{' QUICK' if quick else ''}; the authors' training semantics "
-            f"(docs/fidelity.md); torch threads {torch.get_num_threads()}; accuracies in %, averages over "
+            f"(docs/fidelity.md); accuracies in %, averages over "
             "tasks; probe_gain / wtp_gain = TIL of ψ on prompted features after / before TAP minus a linear "
             "probe on frozen features (mean over tasks, points); feat_trained / feat_random = relative feature "
-            "change by the trained / a random prompt of the same norm.")
+            "change by the trained / a random prompt of the same norm; minutes = training + evaluation wall time "
+            "of the run with `threads` torch threads (– = not recorded), a cost measure only on an idle machine.")
 
 
 def main(argv=None) -> int:

@@ -311,3 +311,25 @@ def test_routing_fields_from_a_route_report(monkeypatch, tmp_path):
     assert fields == pytest.approx({"n_eff_route": 3.0, "n_eff_path": 8.0, "dL_hi_lo": 0.75})
     report["pooled_bins"]["route_wise"] = bins(0.5)
     assert math.isnan(moe_arms.routing_fields(tmp_path)["dL_hi_lo"])  # one bin: no gap to report
+
+
+def test_rows_table_shows_threads_where_recorded(tmp_path):
+    """A row's torch threads are shown beside its minutes; a row without them (older rows) shows '–'."""
+    rows = _rows()[:2]
+    rows[0]["threads"] = 1
+    lines = real_data_cpu.rows_table(rows)
+    assert lines[0].endswith("| minutes | threads |") and lines[1].count("|---") == len(real_data_cpu.ROW_COLUMNS) + 4
+    assert lines[2].endswith("| 1.0 | 1 |") and lines[3].endswith("| 1.0 | – |")
+
+
+def test_a_run_finished_before_the_call_records_no_threads(tmp_path):
+    run = tmp_path / "arm_seed1"
+    assert not real_data_cpu._finished(run)
+    run.mkdir()
+    (run / "metrics.json").write_text(json.dumps({"status": "incomplete"}))
+    assert not real_data_cpu._finished(run)
+    (run / "metrics.json").write_text(json.dumps({"status": "complete"}))
+    assert real_data_cpu._finished(run)
+    metrics = {"FA": 0.5, "CA": 0.5, "FM": 0.1, "til_FA": 0.6, "tii_accuracy": None}
+    assert real_data_cpu.row_of("a", 1, metrics, 2.0, 2)["threads"] == 2
+    assert real_data_cpu.row_of("a", 1, metrics, 2.0)["threads"] is None
