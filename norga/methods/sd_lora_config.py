@@ -31,7 +31,8 @@ class SDLoRAConfig(MethodConfig):
     task_ranks: Optional[List[int]] = _f(None)
     magnitude_init: float = _f(0.8)  # every magnitude starts at 0.8 (official ParameterWrapper(0.8))
     # reset: every magnitude back to magnitude_init when a task starts (official: the LoRA model is rebuilt per
-    # task); carry: old magnitudes continue from their learned values (the paper's description)
+    # task; Algorithm 1 of the paper also initialises them per task); carry: old magnitudes continue from their
+    # learned values (neither side's; docs/methods/sd_lora.md)
     magnitudes: str = _f("reset", choices=("reset", "carry"))
     # the norm dividing an old component: factors = ||B||_F ||A||_F (official), product = ||B A||_F (paper)
     normalise: str = _f("factors", choices=("factors", "product"))
