@@ -151,11 +151,15 @@ MUTANTS = (
     Mutant("ssf_shift_dropped", "norga/models/adapters.py",
            " + self.tuned.shift.view(shape).to(y.dtype)", "", ("tests/test_aper.py",)),
     # EASE (#35)
-    Mutant("ease_softmax_over_old_classes", "norga/methods/ease.py", "F.normalize(donors_old, dim=-1).T, dim=1)",
-           "F.normalize(donors_old, dim=-1).T, dim=0)", ("tests/test_ease.py",)),
+    Mutant("ease_softmax_over_old_classes", "norga/methods/ease.py", 'SOFTMAX_AXIS = {"donors": 1,',
+           'SOFTMAX_AXIS = {"donors": 0,', ("tests/test_ease.py",)),
+    Mutant("ease_complement_softmax_option_ignored", "norga/methods/ease.py", "prototypes[donors, d], over)",
+           "prototypes[donors, d])", ("tests/test_ease.py",)),
+    Mutant("ease_method_drops_the_softmax_option", "norga/methods/ease.py",
+           "self.c.recalc_similarity, self.c.complement_softmax)", "self.c.recalc_similarity)", ("tests/test_ease.py",)),
     Mutant("ease_similarity_in_the_new_subspace", "norga/methods/ease.py",
-           "synthesise(prototypes[old, i], prototypes[donors, i], prototypes[donors, d])",
-           "synthesise(prototypes[old, i], prototypes[donors, d], prototypes[donors, d])", ("tests/test_ease.py",)),
+           "synthesise(prototypes[old, i], prototypes[donors, i], prototypes[donors, d], over)",
+           "synthesise(prototypes[old, i], prototypes[donors, d], prototypes[donors, d], over)", ("tests/test_ease.py",)),
     Mutant("ease_recalc_ignored", "norga/methods/ease.py", "for d in (range(1, task + 1) if recalc",
            "for d in (range(task, task + 1) if recalc", ("tests/test_ease.py",)),
     Mutant("ease_alpha_not_divided", "norga/methods/ease.py",
@@ -185,6 +189,13 @@ MUTANTS = (
            ("tests/test_inflora.py",)),
     Mutant("inflora_energy_unsquared", "norga/methods/inflora.py", "ratio = s.pow(2) / s.pow(2).sum()",
            "ratio = s / s.sum()", ("tests/test_inflora.py",)),
+    Mutant("inflora_paper_design_projects_once", "norga/methods/inflora.py",
+           "            cov = project(cov.T)  # P R P, R and P symmetric\n", "            pass\n",
+           ("tests/test_inflora.py",)),
+    Mutant("inflora_design_option_ignored", "norga/methods/inflora.py", "c.rank, c.design) * c.down_scale",
+           "c.rank) * c.down_scale", ("tests/test_inflora.py",)),
+    Mutant("sd_lora_optimizer_option_ignored", "norga/methods/sd_lora.py",
+           "make_optimizer(c.optimizer, params,", 'make_optimizer("sgd", params,', ("tests/test_optimizers.py",)),
     Mutant("inflora_threshold_constant", "norga/methods/inflora.py",
            "return (end - start) * task / num_tasks + start", "return start", ("tests/test_inflora.py",)),
     Mutant("sd_lora_old_not_normalised", "norga/methods/sd_lora.py",
@@ -223,7 +234,8 @@ def run(mutant: Mutant) -> Tuple[bool, float]:
     """(caught, seconds): True when the named tests fail on the mutated copy."""
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "repo"
-        shutil.copytree(REPO, root, ignore=shutil.ignore_patterns("runs", ".git", "__pycache__", "*.egg-info"))
+        shutil.copytree(REPO, root, ignore=shutil.ignore_patterns("runs", ".git", ".venv", "venv", "site", "__pycache__",
+                                                                  ".pytest_cache", "*.egg-info"))
         apply(mutant, root)
         start = time.time()
         result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *mutant.tests],

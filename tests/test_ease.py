@@ -39,6 +39,25 @@ def _by_hand(old, donors_old, donors_new):
     return torch.stack(rows)
 
 
+def test_softmax_over_old_classes_by_hand():
+    """``complement_softmax: old_classes`` (the paper's eq. 8): each donor's weights over the old classes sum to 1,
+    W[i, j] = exp(cos_ij) / sum_i' exp(cos_i'j); P[i] = sum_j W[i, j] donor_new_j. Two old classes at (1, 0) and
+    (0, 1), donors at (1, 0) and (1, 1): cos = [[1, 1/sqrt 2], [0, 1/sqrt 2]]."""
+    old = torch.tensor([[1.0, 0.0], [0.0, 2.0]])
+    donors_old = torch.tensor([[1.0, 0.0], [1.0, 1.0]])
+    donors_new = torch.tensor([[2.0, 0.0], [0.0, 4.0]])
+    e = math.e  # the second donor's column: both cosines 1/sqrt 2, so its weights are 1/2 and 1/2
+    w = torch.tensor([[e / (e + 1), 0.5], [1 / (e + 1), 0.5]])  # columns sum to 1; rows need not
+    expected = w @ donors_new
+    assert torch.allclose(synthesise(old, donors_old, donors_new, "old_classes"), expected)
+    assert not torch.allclose(synthesise(old, donors_old, donors_new, "donors"), expected)
+    protos = torch.randn(4, 2, 3, generator=torch.Generator().manual_seed(1))
+    before = protos.clone()
+    complement(protos, [[0, 1], [2, 3]], 1, recalc=False, over="old_classes")  # the option reaches complement
+    torch.testing.assert_close(protos[[0, 1], 1], synthesise(before[[0, 1], 0], before[[2, 3], 0],
+                                                             before[[2, 3], 1], "old_classes"))
+
+
 @pytest.mark.parametrize("recalc", [True, False])
 def test_complement_fills_old_classes_in_later_subspaces(recalc):
     """3 tasks x 2 classes: after task 2, subspace 1 of task 0's classes (donors: tasks 1-2, recalc only), and
@@ -160,3 +179,16 @@ def test_config_errors_name_the_fix():
         load_config(EASE_SMOKE, ["method.adapter_layers=[]"])
     with pytest.raises(ConfigError, match="method.alpha"):
         load_config(EASE_SMOKE, ["method.alpha=-1"])
+
+
+def test_the_configured_softmax_axis_reaches_the_complement(monkeypatch):
+    """``method.complement_softmax`` is what the method passes to complement after a task."""
+    import norga.methods.ease as ease_module
+
+    seen = []
+    monkeypatch.setattr(ease_module, "complement", lambda *args: seen.append(args[3:]))
+    cfg = load_config(EASE_SMOKE, ["method.epochs=1", "method.complement_softmax=old_classes",
+                                   "method.recalc_similarity=false"])
+    cfg, bench, method = build_run_parts(cfg)
+    method.learn_task(0, loaders_of(cfg, bench, method, 0))
+    assert seen == [(False, "old_classes")]

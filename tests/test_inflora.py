@@ -220,3 +220,40 @@ def test_kill_and_resume_gives_the_uninterrupted_metrics(tmp_path):
 
     method = "method={name: inflora, rank: 4, epochs: 2, batch_size: 16, lr: 0.01}"
     assert_kill_then_resume_matches(lambda out: tiny_method_args(out, method), "bar:inflora:2", tmp_path)
+
+
+def test_paper_design_takes_the_projected_inputs_and_differs_from_task_1_on():
+    """``design: inputs`` = the top left singular vectors of P H (the paper's eq. 6-8), computed explicitly from
+    H; ``covariance`` = those of P H H^T / n (the official code); equal without memory, different with one."""
+    dim, n, g = 16, 40, torch.Generator().manual_seed(7)
+    h = torch.randn(dim, n, generator=g, dtype=torch.float64) * torch.linspace(3, 0.2, dim, dtype=torch.float64)[:, None]
+    cov = h @ h.T / n
+    q = rotation(dim, seed=3)
+    old, rest = q[:, :5], q[:, 5:]
+    torch.testing.assert_close(projector(design_down(cov, None, 4, "inputs").T),
+                               projector(design_down(cov, None, 4, "covariance").T))
+    paper = torch.linalg.svd(h - projector(old) @ h)[0][:, :4]  # Ĥ = H - M M^T H, eq. 6
+    for memory in ((old, "remove"), (rest, "retain")):  # the same old subspace stored either way
+        down = design_down(cov, memory, 4, "inputs")
+        torch.testing.assert_close(projector(down.T), projector(paper))
+        assert (down @ old).abs().max() < 1e-12
+    official = design_down(cov, (old, "remove"), 4, "covariance")
+    assert (projector(official.T) - projector(paper)).abs().max() > 1e-3  # the two forms are different vectors
+    with pytest.raises(ValueError, match="unknown design form 'input'; choose covariance or inputs"):
+        design_down(cov, (old, "remove"), 4, "input")
+
+
+def test_the_configured_design_form_reaches_the_method(monkeypatch):
+    """``method.design`` is what the method passes to design_down for every wrapped block."""
+    import norga.methods.inflora as inflora_module
+
+    forms = []
+
+    def spy(cov, memory, rank, form="covariance"):
+        forms.append(form)
+        return design_down(cov, memory, rank, form)
+
+    monkeypatch.setattr(inflora_module, "design_down", spy)
+    cfg, bench, method = build_run_parts(load_config(INFLORA_SMOKE, ["method.epochs=0", "method.design=inputs"]))
+    method.learn_task(0, loaders_of(cfg, bench, method, 0))
+    assert forms and set(forms) == {"inputs"} and len(forms) == len(method.wrappers)

@@ -10,7 +10,8 @@ un-augmented training images, for every subspace k <= t. An old class (task i < 
 its prototype in a subspace d > i is synthesised (:func:`complement`): with donors = the classes of tasks
 d..t (which have real prototypes in both subspace i and subspace d),
 
-    W = softmax_j cos(P[old, i], P[donor_j, i])    (n_old, n_donors), row-wise over donors
+    W = softmax_j cos(P[old, i], P[donor_j, i])    (n_old, n_donors), row-wise over donors (official;
+                                                   ``complement_softmax: old_classes``: column-wise, eq. 8)
     P[old, d] = W @ P[donors, d].
 
 ``recalc_similarity`` (official) redoes this for every d in i+1..t after each task; otherwise only d = t.
@@ -35,22 +36,28 @@ from .adapter_stage import TunedView, cached_features, class_means, train_with_c
 from .base import Method, Prediction, TaskLoaders, TestBatch, chosen_blocks
 
 
-def synthesise(old: Tensor, donors_old: Tensor, donors_new: Tensor) -> Tensor:
+SOFTMAX_AXIS = {"donors": 1, "old_classes": 0}  # complement_softmax -> the axis of W (n_old, n_donors)
+
+
+def synthesise(old: Tensor, donors_old: Tensor, donors_new: Tensor, over: str = "donors") -> Tensor:
     """Old classes' prototypes in a new subspace (n_old, D) from: ``old`` (n_old, D) their prototypes in their
     own subspace; ``donors_old`` (n, D) and ``donors_new`` (n, D) the donor classes' prototypes in that subspace
-    and in the new one. softmax over donors of the cosine similarities, then the weighted donor prototypes."""
-    weights = torch.softmax(F.normalize(old, dim=-1) @ F.normalize(donors_old, dim=-1).T, dim=1)
+    and in the new one. Softmax of the cosine similarities over the donors (``over="donors"``, the official
+    code: each old class's weights sum to 1) or over the old classes (``"old_classes"``, the paper's eq. 8), then
+    the weighted donor prototypes."""
+    weights = torch.softmax(F.normalize(old, dim=-1) @ F.normalize(donors_old, dim=-1).T, dim=SOFTMAX_AXIS[over])
     return weights @ donors_new
 
 
-def complement(prototypes: Tensor, task_classes: Sequence[Sequence[int]], task: int, recalc: bool) -> None:
+def complement(prototypes: Tensor, task_classes: Sequence[Sequence[int]], task: int, recalc: bool,
+               over: str = "donors") -> None:
     """Fill, in place, the prototypes (C, T, D) of old tasks' classes in the subspaces after their own, once
     task ``task`` has its real prototypes in subspaces 0..task (see the module docstring)."""
     for d in (range(1, task + 1) if recalc else [task] if task > 0 else []):
         donors = [c for j in range(d, task + 1) for c in task_classes[j]]
         for i in range(d):
             old = list(task_classes[i])
-            prototypes[old, d] = synthesise(prototypes[old, i], prototypes[donors, i], prototypes[donors, d])
+            prototypes[old, d] = synthesise(prototypes[old, i], prototypes[donors, i], prototypes[donors, d], over)
 
 
 def subspace_weights(class_to_task: Tensor, subspaces: int, alpha: float, over_tasks: bool) -> Tensor:
@@ -103,7 +110,7 @@ class EASE(Method):
             feats, labels = extract_features(TunedView(self.model, k), loaders.train_plain, self.device,
                                              desc=f"subspace {k} feats")
             self.prototypes[classes, k] = class_means(feats, labels, classes).to(self.device)
-        complement(self.prototypes, self.task_classes, task, self.c.recalc_similarity)
+        complement(self.prototypes, self.task_classes, task, self.c.recalc_similarity, self.c.complement_softmax)
         self.learned[classes] = True
 
     def freeze_adapters(self) -> None:
@@ -150,6 +157,7 @@ class EASE(Method):
         return {"name": self.name, "subspaces": self.subspaces, "adapter_layers": self.layers,
                 "adapter_parameters": sum(p.numel() for p in self.tuned.parameters()),
                 "reweight": c.reweight, "alpha": c.alpha, "recalc_similarity": c.recalc_similarity,
+                "complement_softmax": c.complement_softmax,
                 "prototypes": int(self.learned.sum())}
 
     def summary(self) -> str:

@@ -27,6 +27,9 @@ class EASEConfig(AdapterTuningConfig):
     # classes of tasks d..t (official recalc_sim: true, solve_sim_reset); false: only the newest subspace is
     # filled, from task t's classes, and earlier syntheses are kept (official solve_similarity)
     recalc_similarity: bool = _f(True)
+    # donors: the softmax of the complement's similarities runs over the donor classes, so each old class's weights
+    # sum to 1 (official solve_similarity, softmax dim=1); old_classes: over the old classes (the paper's eq. 8)
+    complement_softmax: str = _f("donors", choices=("donors", "old_classes"))
     # true: per-subspace cosines, a class's own task's subspace weighted 1 and every other one alpha / t (official
     # use_reweight: true, forward_reweight); false: one cosine of the whole concatenated vectors
     reweight: bool = _f(True)

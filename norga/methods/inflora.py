@@ -6,7 +6,8 @@ Task t adds one branch per block, of rank r, the same down-projection A_t (r, D)
 1. before training, the inputs of the block's qkv over task t's training images give the representation
    matrix H_t H_t^T / n (D, D), the mean of x x^T over every token (:meth:`InfLoRA.representations`);
    its part inside the stored old-task subspace M is removed, (I - M M^T) H H^T / n, and A_t is the top-r
-   left singular vectors of the rest, times ``down_scale`` (:func:`design_down`). A_t is then fixed;
+   left singular vectors of the rest (``design: covariance``, the official code; ``inputs``: of (I - M M^T) H,
+   the paper), times ``down_scale`` (:func:`design_down`). A_t is then fixed;
 2. B_t (zero at the start) and the head train on task t's cross-entropy (older branches frozen);
 3. after training, the representation matrix of the trained model updates the memory by the DualGPM rule
    with the threshold eps_t (:func:`first_memory`, :func:`grow_memory`, :func:`settle_memory`); the memory
@@ -38,13 +39,26 @@ def threshold_at(task: int, num_tasks: int, start: float, end: float) -> float:
     return (end - start) * task / num_tasks + start
 
 
-def design_down(cov: Tensor, memory: Optional[Memory], rank: int) -> Tensor:
-    """Representation matrix (D, D) and the memory -> the top-``rank`` left singular vectors (rank, D) of the
-    representation without its part in the old subspace ((I - M M^T) R for ``remove``, M M^T R for ``retain``)."""
+def design_down(cov: Tensor, memory: Optional[Memory], rank: int, form: str = "covariance") -> Tensor:
+    """Representation matrix R = H H^T / n (D, D) and the memory -> the down-projection (rank, D): the top-``rank``
+    left singular vectors of the representation without its part in the old subspace, P R with P = I - M M^T
+    (``remove``) or M M^T (``retain``).
+
+    ``form``: ``covariance`` takes them of P R (the official code); ``inputs`` of the projected inputs P H (the
+    paper), computed as those of P R P = (P H)(P H)^T / n, which has the same left singular vectors as P H. The
+    two agree without memory (task 0) and differ from task 1 on."""
     if memory is not None:
         basis, kind = memory
-        inside = basis @ (basis.T @ cov)
-        cov = cov - inside if kind == "remove" else inside
+
+        def project(m: Tensor) -> Tensor:
+            inside = basis @ (basis.T @ m)
+            return m - inside if kind == "remove" else inside
+
+        cov = project(cov)
+        if form == "inputs":
+            cov = project(cov.T)  # P R P, R and P symmetric
+        elif form != "covariance":
+            raise ValueError(f"unknown design form {form!r}; choose covariance or inputs")
     u = torch.linalg.svd(cov, full_matrices=False)[0]
     return u[:, :rank].T
 
@@ -154,7 +168,7 @@ class InfLoRA(LoRAMethod):
             branch.down.requires_grad_(False)
         with torch.no_grad():
             for key, cov in self.representations(loaders.train).items():
-                down = design_down(cov, self.memory.get(key), c.rank) * c.down_scale
+                down = design_down(cov, self.memory.get(key), c.rank, c.design) * c.down_scale
                 branches[key].down.copy_(down.to(branches[key].down.dtype).expand_as(branches[key].down))
         self._train(task, loaders, list(branches.values()))
         for branch in branches.values():
@@ -195,7 +209,7 @@ class InfLoRA(LoRAMethod):
         return {"name": self.name, "rank": c.rank, "lora_layers": self.layers,
                 "branches": len(next(iter(self.wrappers.values())).branches) if self.wrappers else 0,
                 "memory_dims": {key: int(basis.shape[1]) for key, (basis, _) in self.memory.items()},
-                "memory_kinds": {key: kind for key, (_, kind) in self.memory.items()}}
+                "memory_kinds": {key: kind for key, (_, kind) in self.memory.items()}, "design": c.design}
 
     def summary(self) -> str:
         c = self.c

@@ -25,6 +25,9 @@ class InfLoRAConfig(MethodConfig):
     rank: int = _f(10, ge=1)  # r of every task's branch; official configs cifar100/mimg*_inflora.json: 10
     # A = U_r^T * down_scale (U_r: the top-r left singular vectors); official methods/inflora.py: 1 / sqrt(3)
     down_scale: float = _f(0.5773502691896258, gt=0.0)
+    # covariance: A from the SVD of the projected representation matrix P H H^T / n (official methods/inflora.py);
+    # inputs: from the SVD of the projected inputs P H (the paper, eq. 6-8); equal at task 0
+    design: str = _f("covariance", choices=("covariance", "inputs"))
     # energy threshold of the subspace memory at task 0; grows linearly to threshold_end over the tasks:
     # eps_t = (threshold_end - threshold) * t / T + threshold (official update_DualGPM, lamb / lame);
     # official: 0.95 (cifar100_inflora.json), 0.98 (mimg*_inflora.json)

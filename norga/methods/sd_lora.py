@@ -10,7 +10,8 @@ holds components 0..t, projection p of a block computes (:func:`component_coeffi
 
 with n_i[p] = ||B_i[p]||_F ||A_i[p]||_F (``normalise: factors``, official) or ||B_i[p] A_i[p]||_F
 (``product``, the paper's normalised direction). During task t, A_t, B_t, every alpha_0..alpha_t and the head
-train on task t's cross-entropy (SGD, momentum, constant lr: the official recipe); the directions of
+train on task t's cross-entropy (SGD with momentum at a constant lr: the official recipe; ``optimizer: adam``
+is the paper's §4.1); the directions of
 components 0..t-1 stay fixed. ``magnitudes: reset`` (official) sets every alpha back to ``magnitude_init``
 when a task starts; ``carry`` lets them continue. The newest component stays un-normalised in the evaluation
 after its task, as in the official code (it is normalised from the next task on).
@@ -26,6 +27,7 @@ import torch
 from torch import Tensor, nn
 
 from ..models.lora_qkv import LoRABranch, LoRAQKV, branch_state, load_branches
+from ..toolkit.optimizers import make_optimizer
 from ..toolkit.schedules import epoch_scheduler
 from ..toolkit.training import Stage, cross_entropy_term, run_stage
 from . import register_method
@@ -97,7 +99,7 @@ class SDLoRA(LoRAMethod):
     def learn_task(self, task: int, loaders: TaskLoaders) -> None:
         c, model, head = self.c, self.model, self.head
         params = self.start_task(task) + list(head.parameters())
-        optimizer = torch.optim.SGD(params, lr=c.lr, momentum=c.momentum, weight_decay=c.weight_decay)
+        optimizer = make_optimizer(c.optimizer, params, c.lr, c.weight_decay, c.momentum)
         model.eval()  # the frozen backbone has no dropout; eval keeps it deterministic
 
         def forward(batch):
@@ -127,7 +129,7 @@ class SDLoRA(LoRAMethod):
         first = next(iter(self.wrappers.values()))
         return {"name": self.name, "lora_layers": self.layers, "ranks": [b.rank for b in first.branches],
                 "magnitudes": [float(a.detach()) for a in self.magnitudes], "normalise": c.normalise,
-                "magnitude_mode": c.magnitudes}
+                "magnitude_mode": c.magnitudes, "optimizer": c.optimizer}
 
     def summary(self) -> str:
         c = self.c

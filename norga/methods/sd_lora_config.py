@@ -37,10 +37,12 @@ class SDLoRAConfig(MethodConfig):
     # the norm dividing an old component: factors = ||B||_F ||A||_F (official), product = ||B A||_F (paper)
     normalise: str = _f("factors", choices=("factors", "product"))
     epochs: int = _f(20, ge=0)  # official exps/sdlora_c100.json and sdlora_inr.json: 20
-    lr: float = _f(8e-3, gt=0.0)  # SGD momentum 0.9, constant; official: 8e-3 (CIFAR-100), 1e-2 (ImageNet-R)
+    # sgd: SGD with `momentum` (official _train); adam: Adam, betas (0.9, 0.999) (the paper, section 4.1)
+    optimizer: str = _f("sgd", choices=("sgd", "adam"))
+    lr: float = _f(8e-3, gt=0.0)  # constant; official: 8e-3 (CIFAR-100), 1e-2 (ImageNet-R); paper: Adam at 0.008
     # official _train: SGD without weight decay; when set, it also decays the rows of earlier tasks' classes
     weight_decay: float = _f(0.0, ge=0.0)
-    momentum: float = _f(0.9, ge=0.0, le=1.0)  # official: 0.9
+    momentum: float = _f(0.9, ge=0.0, le=1.0)  # SGD's momentum (unused by adam); official: 0.9
     batch_size: int = _f(128, ge=1)  # official: 128
     grad_clip: Optional[float] = _f(None, gt=0.0)  # max gradient norm (null: off; official: none)
 

@@ -29,6 +29,7 @@ from torch import Tensor, nn
 
 from ..toolkit.feature_cache import FeatureCache, prompted_features
 from ..toolkit.heads import init_linear_layers, masked_logits
+from ..toolkit.optimizers import make_optimizer
 from ..toolkit.schedules import epoch_scheduler
 from ..toolkit.seeding import task_generator, task_seed
 from ..toolkit.stages import extract_features
@@ -106,10 +107,7 @@ class SPrompt(Method):
         c, model, head = self.c, self.model, self.head
         prompt = nn.Parameter(self._initial_prompt(task))
         params = [prompt, *head.parameters()]
-        if c.optimizer == "sgd":
-            optimizer = torch.optim.SGD(params, lr=c.lr, momentum=0.9, weight_decay=c.weight_decay)
-        else:
-            optimizer = torch.optim.Adam(params, lr=c.lr, weight_decay=c.weight_decay)
+        optimizer = make_optimizer(c.optimizer, params, c.lr, c.weight_decay, momentum=0.9)
         scheduler = epoch_scheduler(optimizer, c.schedule, c.epochs)
         model.eval()  # frozen backbone in eval mode throughout (official: the network trains in eval())
 
