@@ -179,7 +179,7 @@ MUTANTS = (
     Mutant("lora_k_and_v_swapped", "norga/models/lora_qkv.py", 'SLOTS = {"q": 0, "k": 1, "v": 2}',
            'SLOTS = {"q": 0, "k": 2, "v": 1}', ("tests/test_inflora.py",)),
     Mutant("inflora_old_subspace_kept", "norga/methods/inflora.py",
-           'cov = cov - inside if kind == "remove" else inside', 'cov = cov if kind == "remove" else inside',
+           'return m - inside if kind == "remove" else inside', 'return m if kind == "remove" else inside',
            ("tests/test_inflora.py",)),
     Mutant("inflora_a_trains", "norga/methods/inflora.py", "params = [b.up for b in branches]",
            "params = [b.up for b in branches] + [b.down.requires_grad_() for b in branches]",
