@@ -23,7 +23,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Callable, Dict, List
 
-from bench import real_data_cpu, smoke_figures
+from bench import real_data_cpu, reruns, smoke_figures
 from bench.crosscheck import training as crosscheck_training
 from bench.moe_arms import routing_lines, routing_pair_lines
 from bench.regimes import REPO
@@ -153,6 +153,15 @@ def lora_pairs(results: Results) -> List[str]:
     names = [n for n in pairs if n.split(" − ")[0] in LORA_ARMS]
     return table_head("difference", PAIR_COLUMNS) + [
         real_data_cpu.pair_stat_row(n, pairs[n], PAIR_COLUMNS) for n in names] if names else []
+
+
+@block("evidence-reruns", [])
+def evidence_reruns(results: Results) -> List[str]:
+    """README: the re-run arms (bench/reruns.py), new rows beside the old ones they replace or will replace."""
+    return reruns.rerun_lines(results.rows, seeds_per_arm=len(real_data_cpu.REGIMES["evidence"].seeds))
+
+
+BLOCK_MISSING["evidence-reruns"] = "no arm has been re-run (bench/reruns.py)"
 
 
 CROSSCHECK_MISSING = "run `python -m bench.crosscheck.training --collect DIR` (docs/crosscheck.md, \"Repeat it\")"

@@ -15,6 +15,7 @@ from torch import Tensor, nn
 
 from ..models.adapters import (CosineHead, add_adapters, attach_adapter_blocks, attach_deep_prompts, attach_ssf,
                                tuning)
+from ..toolkit.optimizers import make_optimizer
 from ..toolkit.schedules import epoch_scheduler
 from ..toolkit.training import Stage, run_stage
 from .base import check_blocks
@@ -79,7 +80,7 @@ def train_with_cosine_head(name: str, task: int, features: Callable[[Tensor], Te
     """
     head = CosineHead(dim, len(classes)).to(device)
     params = [*tuned, *head.parameters()]
-    optimizer = torch.optim.SGD(params, lr=opts.lr, momentum=opts.momentum, weight_decay=opts.weight_decay)
+    optimizer = make_optimizer("sgd", params, lr=opts.lr, weight_decay=opts.weight_decay, momentum=opts.momentum)
     scheduler = epoch_scheduler(optimizer, "cosine", opts.epochs, min_lr=opts.min_lr)
 
     def forward(batch):

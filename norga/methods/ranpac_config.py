@@ -35,7 +35,7 @@ class RanPACConfig(MethodConfig):
     """
 
     name: str = _f("ranpac")
-    projection_dim: int = _f(10000, ge=1)  # M, columns of the Gaussian projection W (D x M); official/paper: 10000
+    projection_dim: int = _f(10000, ge=1)  # M, columns of the Gaussian projection W (D x M); official code: 10000
     activation: str = _f("relu", choices=("relu", "identity"))  # after the projection; official: relu
     # candidate ridge values lambda; official: 10.0 ** np.arange(-8, 9), i.e. 1e-8 ... 1e8
     ridges: List[float] = _f([10.0 ** e for e in range(-8, 9)])
