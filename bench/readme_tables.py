@@ -127,6 +127,27 @@ def baselines_vs_simplecil(results: Results) -> List[str]:
         real_data_cpu.pair_stat_row(n, pairs[n], PAIR_COLUMNS) for n in names] if names else []
 
 
+PROMPT_BASELINES = ["sprompt", "l2p", "dualprompt", "coda"]
+
+
+@block("baselines-arms", ["no_prompt", "norga_tanh", *PROMPT_BASELINES])
+def baselines_arms(results: Results) -> List[str]:
+    """docs/results.md: the prompt baselines beside no_prompt and norga_tanh."""
+    arms = results.stats["arms"]
+    return table_head("arm", real_data_cpu.STAT_COLUMNS) + [real_data_cpu.arm_stat_row(a, arms[a]) for a in
+                                                            ["no_prompt", "norga_tanh", *PROMPT_BASELINES] if a in arms]
+
+
+@block("baselines-pairs", ["no_prompt", "norga_tanh", *PROMPT_BASELINES])
+def baselines_pairs(results: Results) -> List[str]:
+    """docs/results.md: each prompt baseline − no_prompt, then norga_tanh − each prompt baseline."""
+    pairs = results.stats["pairs"]
+    names = [n for n in [*(f"{a} − no_prompt" for a in PROMPT_BASELINES),
+                         *(f"norga_tanh − {a}" for a in PROMPT_BASELINES)] if n in pairs]
+    return table_head("difference", PAIR_COLUMNS) + [
+        real_data_cpu.pair_stat_row(n, pairs[n], PAIR_COLUMNS) for n in names] if names else []
+
+
 def method_evidence(arm: str) -> Callable[[Results], List[str]]:
     """A method page's table: the arm's statistics and its paired differences (regime.yaml's pairs of the arm)."""
     def table(results: Results) -> List[str]:

@@ -79,31 +79,27 @@ def test_gates_train_on_task_one_then_freeze_and_old_prompts_never_change(smoke_
             assert torch.equal(later["task_prompts"][t], states[t]["task_prompts"][t])
 
 
-def test_same_seed_gives_identical_metrics(smoke_run, tmp_path):
-    again = tmp_path / "again"
-    assert train(again).returncode == 0
-    first = json.loads((smoke_run / "metrics.json").read_text())
-    second = json.loads((again / "metrics.json").read_text())
-    assert_same_metrics(first, second)
-
-
-def test_killed_and_resumed_run_equals_uninterrupted(smoke_run, tmp_path):
+def test_a_second_run_of_the_same_seed_killed_and_resumed_equals_the_first(smoke_run, tmp_path):
+    """A fresh process with the same seed trains the first task(s) again, is killed, and a third process resumes
+    it: equal metrics show both determinism across processes and an exact resume (one run's cost for both)."""
     out = tmp_path / "interrupted"
     cmd = [sys.executable, str(REPO / "train.py"), "--config", str(SMOKE), "--output-dir", str(out)]
     proc = subprocess.Popen(cmd, env=ENV, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
     while not (out / "checkpoints" / "task_00.pt.sha256").exists() and time.time() < deadline:
         time.sleep(0.05)
-    time.sleep(1.0)  # now inside task 2
+    time.sleep(1.0)  # inside task 1 (of 0-2) by now
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     partial = json.loads((out / "metrics.json").read_text())
     assert 1 <= partial["completed_tasks"] < 3  # killed mid-run; metrics only describe completed tasks
+    first = json.loads((smoke_run / "metrics.json").read_text())
+    done = partial["completed_tasks"]  # the same seed in a new process: the same accuracies after its first tasks
+    assert [row[:done] for row in partial["acc_matrix"]] == [row[:done] for row in first["acc_matrix"]]
     resumed = train(out)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resuming after task" in (out / "log.txt").read_text()
-    final = json.loads((out / "metrics.json").read_text())
-    assert_same_metrics(final, json.loads((smoke_run / "metrics.json").read_text()))
+    assert_same_metrics(json.loads((out / "metrics.json").read_text()), first)
 
 
 def test_a_finished_run_refuses_a_changed_config(smoke_run, tmp_path):
@@ -150,8 +146,19 @@ BENCH_CONFIGS = sorted([*(REPO / "configs").glob("*.yaml"), *(REPO / "configs" /
 BENCH_CONFIGS = [p for p in BENCH_CONFIGS if p.stem != "smoke"]
 
 
+@pytest.fixture
+def architecture_without_random_init(monkeypatch):
+    """timm's ViT and torch's Linear layers built without drawing their random initial values (a ViT-B/16 spends
+    ~2.5 s of a 2.6 s dry run there). Only for dry runs that stop before any forward: the weights stay
+    uninitialised memory."""
+    import timm.models.vision_transformer as timm_vit
+
+    monkeypatch.setattr(timm_vit.VisionTransformer, "init_weights", lambda self, *args, **kwargs: None)
+    monkeypatch.setattr(torch.nn.Linear, "reset_parameters", lambda self: None)
+
+
 @pytest.mark.parametrize("path", BENCH_CONFIGS, ids=[p.stem for p in BENCH_CONFIGS])
-def test_dry_run_reports_missing_data_clearly(path, tmp_path):
+def test_dry_run_reports_missing_data_clearly(path, tmp_path, architecture_without_random_init):
     from norga.engine import dry_run
 
     cfg = load_config(path, [f"data.root={tmp_path / 'nothing_here'}"])
