@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import io
 import json
-import os
 from pathlib import Path
 from typing import Dict, List, Tuple
 
 import numpy as np
+
+from norga.files import atomic_write_bytes
 
 FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")
 POOL_TRAIN, POOL_TEST, POOL_SEED = 200, 50, 0
@@ -116,11 +118,10 @@ def build(shared: Path, fashion_dir: Path, out: Path) -> Path:
             parts[split][1].append(y)
     arrays = {f"{s}_{k}": np.concatenate(parts[s][i]) for s in ("train", "test") for i, k in enumerate("xy")}
     groups = np.arange(10 * len(DOMAINS)).reshape(len(DOMAINS), 10)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp.npz")
-    np.savez(tmp, **arrays, task_groups=groups, task_names=np.array(list(DOMAINS)), recipe=np.array(recipe()),
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays, task_groups=groups, task_names=np.array(list(DOMAINS)), recipe=np.array(recipe()),
              classes=np.array(names))
-    os.replace(tmp, out)
+    atomic_write_bytes(out, buffer.getvalue())  # a temp file of its own: parallel processes may build it at once
     return out
 
 

@@ -4,6 +4,7 @@
     python -m bench.real_data_cpu --seeds 1 2 --only no_prompt      # a part of it (resumes, appends rows)
     python -m bench.real_data_cpu --quick                           # < 2 minutes: every arm, 2 seeds, tiny budget
     python -m bench.real_data_cpu --regime cifar100_first --seeds 42 43   # the first, too-small regime
+    python -m bench.real_data_cpu --merge runs/lanes/a runs/lanes/b # rows of parallel processes (bench/row_merge.py)
 
 A regime is a base config plus its arms, as data: ``configs/bench/<regime>/regime.yaml`` and one
 ``<arm>.yaml`` per arm (``base:`` the regime's config plus only the arm's keys; :mod:`bench.regimes`),
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from bench import mixed_domains
+from bench.row_merge import MergeError, merge_rows
 from bench.regime_data import regime_extra
 from bench.moe_arms import is_moe_arm, routing_fields, routing_lines, routing_pair_lines
 from bench.regimes import REGIMES, REPO, Regime
@@ -222,6 +224,9 @@ def parse_args(argv=None):
     p.add_argument("--quick", action="store_true",
                    help="tiny budget, every stage, the regime's first two seeds (< 2 minutes)")
     p.add_argument("--report", action="store_true", help="only rewrite the .md/.png from the rows in the .json")
+    p.add_argument("--merge", nargs="+", type=Path, default=None, metavar="STEM",
+                   help="merge the rows of these results stems (parallel processes' --results) into --results")
+    p.add_argument("--replace", action="store_true", help="with --merge: lanes' rows replace differing rows")
     p.add_argument("--shared", type=Path, default=REPO.parent / "shared", help="folder with data/ and weights/")
     p.add_argument("--fashion-dir", type=Path, default=mixed_domains.FASHION_DIR, help="Fashion-MNIST idx files")
     p.add_argument("--data-dir", type=Path, default=REPO / "runs" / "bench_data", help="built data files")
@@ -234,6 +239,8 @@ def parse_args(argv=None):
     if unknown:
         p.error(f"unknown arm(s) {unknown} for regime {args.regime}; arms: {sorted(regime.arms)}, "
                 f"optional (run only with --only): {sorted(regime.optional)}")
+    if args.replace and not args.merge:
+        p.error("--replace goes with --merge (it lets the merged lanes' rows replace differing rows)")
     suffix = "_quick" if args.quick else ""
     args.runs_dir = args.runs_dir or REPO / "runs" / f"{regime.runs}{suffix}"
     args.results = args.results or REPO / "bench" / "results" / f"{regime.results}{suffix}"
@@ -249,6 +256,19 @@ def header_of(regime: Regime, quick: bool) -> str:
             "of the run with `threads` torch threads (– = not recorded), a cost measure only on an idle machine.")
 
 
+def merge(rows: List[dict], regime: Regime, args, header: str) -> int:
+    """--merge: the lanes' rows into the results file (bench/row_merge.py), then its report."""
+    try:
+        merged, added, replaced = merge_rows(rows, [(str(s), load_rows(s)) for s in args.merge],
+                                             regime.all_arms(), args.replace)
+    except MergeError as err:
+        sys.exit(f"error: {err}")
+    save_results(merged, regime, args.results, header)
+    print(f"{args.results.with_suffix('.json')}: {len(added)} rows added, {len(replaced)} replaced, "
+          f"{len(merged)} in all")
+    return 0
+
+
 def main(argv=None) -> int:
     args, regime = parse_args(argv)
     header = header_of(regime, args.quick)
@@ -259,6 +279,8 @@ def main(argv=None) -> int:
         save_results(rows, regime, args.results, header)
         print(args.results.with_suffix(".md").read_text())
         return 0
+    if args.merge:
+        return merge(rows, regime, args, header)
     args.extra = regime_extra(regime, args)
     for seed in args.seeds or (regime.seeds[:2] if args.quick else regime.seeds):
         for arm in args.only or regime.arms:

@@ -2,12 +2,14 @@
 (``weights``), built or checked from the command line's ``--shared``, ``--data-dir`` and ``--fashion-dir``."""
 from __future__ import annotations
 
+import io
 import sys
 from pathlib import Path
 from typing import List
 
 from bench import mixed_domains
 from bench.regimes import Regime
+from norga.files import atomic_write_bytes
 
 WEIGHTS_FILE = "weights/dinov2_vits14_imgfocus.safetensors"
 
@@ -28,8 +30,9 @@ def cifar100_first50_root(args) -> Path:
     if not out.is_file():
         data = np.load(cifar100_root(args))
         keep = {split: data[f"{split}_y"] < 50 for split in ("train", "test")}
-        out.parent.mkdir(parents=True, exist_ok=True)
-        np.savez(out, **{f"{split}_{k}": data[f"{split}_{k}"][keep[split]] for split in keep for k in ("x", "y")})
+        buffer = io.BytesIO()
+        np.savez(buffer, **{f"{split}_{k}": data[f"{split}_{k}"][keep[split]] for split in keep for k in ("x", "y")})
+        atomic_write_bytes(out, buffer.getvalue())  # never a partial file, even with parallel processes
     return out
 
 

@@ -1,0 +1,66 @@
+"""bench/row_merge.py and ``bench.real_data_cpu --merge``: rows of parallel processes merged into one file."""
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from conftest import REPO_ROOT
+
+sys.path.insert(0, str(REPO_ROOT))
+
+from bench import real_data_cpu  # noqa: E402
+from bench.row_merge import MergeError, merge_rows  # noqa: E402
+
+ARMS = ["hideprompt", "no_prompt", "l2p"]
+
+
+def _row(run, seed, fa=0.5):
+    return {"run": run, "seed": seed, "FA": fa, "CA": fa, "FM": 0.1, "TIL_FA": 0.7, "minutes": 1.0, "threads": 1}
+
+
+def test_lanes_are_appended_in_order_and_an_identical_row_is_taken_once():
+    existing = [_row("hideprompt", 1), _row("no_prompt", 1)]
+    lane_a = [_row("l2p", 1, 0.3), _row("no_prompt", 1)]  # the second is already merged, unchanged
+    lane_b = [_row("l2p@named_streams", 2, 0.4), _row("l2p", 1, 0.3)]  # the same l2p row as lane a
+    merged, added, replaced = merge_rows(existing, [("a", lane_a), ("b", lane_b)], ARMS)
+    assert merged == [*existing, _row("l2p", 1, 0.3), _row("l2p@named_streams", 2, 0.4)]
+    assert added == [("l2p", 1), ("l2p@named_streams", 2)] and replaced == []
+
+
+def test_a_differing_row_needs_replace_and_then_takes_the_old_rows_place():
+    existing = [_row("l2p", 1, 0.3), _row("no_prompt", 1)]
+    lane = [("a", [_row("l2p", 1, 0.35)])]
+    with pytest.raises(MergeError, match="already hold other values for l2p seed 1; pass --replace"):
+        merge_rows(existing, lane, ARMS)
+    merged, added, replaced = merge_rows(existing, lane, ARMS, replace=True)
+    assert merged == [_row("l2p", 1, 0.35), _row("no_prompt", 1)] and added == [] and replaced == [("l2p", 1)]
+
+
+@pytest.mark.parametrize("lanes, message", [
+    ([("a", [_row("l2p", 1, 0.3)]), ("b", [_row("l2p", 1, 0.31)])], "a and b both hold l2p seed 1"),
+    ([("a", [_row("sd_lora", 1)])], "row 'sd_lora' seed 1 is not an arm of this regime"),
+    ([("a", [])], "a: no rows"),
+])
+def test_conflicts_unknown_arms_and_empty_lanes_raise(lanes, message):
+    with pytest.raises(MergeError, match=message):
+        merge_rows([], lanes, ARMS)
+
+
+def test_the_cli_merges_lanes_writes_the_report_and_names_errors(tmp_path, capsys):
+    results, lane = tmp_path / "results", tmp_path / "lane"
+    results.with_suffix(".json").write_text(json.dumps([_row("hideprompt", s, 0.6) for s in (1, 2)]))
+    lane.with_suffix(".json").write_text(json.dumps([_row("no_prompt", s, 0.5) for s in (1, 2)]))
+    assert real_data_cpu.main(["--merge", str(lane), "--results", str(results)]) == 0
+    assert "2 rows added, 0 replaced, 4 in all" in capsys.readouterr().out
+    rows = json.loads(results.with_suffix(".json").read_text())
+    assert [(r["run"], r["seed"]) for r in rows] == [("hideprompt", 1), ("hideprompt", 2), ("no_prompt", 1),
+                                                     ("no_prompt", 2)]
+    assert "| hideprompt − no_prompt | 2 | +10.00 [+10.00, +10.00] *resolved*" in results.with_suffix(".md").read_text()
+    lane.with_suffix(".json").write_text(json.dumps([_row("no_prompt", 1, 0.45)]))
+    with pytest.raises(SystemExit, match="pass --replace"):
+        real_data_cpu.main(["--merge", str(lane), "--results", str(results)])
+    with pytest.raises(SystemExit):
+        real_data_cpu.main(["--replace", "--results", str(results)])
+    assert "--replace goes with --merge" in capsys.readouterr().err
