@@ -131,6 +131,22 @@ def test_benchmark_tables_match_the_committed_rows():
     assert found == set(readme_tables.BLOCKS)
 
 
+def test_the_stated_gap_of_the_baselines_to_no_prompt_is_the_committed_one():
+    """"The baselines end A–B FA points below `no_prompt`" (README, docs/crosscheck.md): A and B are the smallest
+    and largest paired FA gap of the four prompt baselines in the committed rows, rounded."""
+    import sys
+
+    sys.path.insert(0, str(REPO))
+    from bench import real_data_cpu
+
+    rows = real_data_cpu.load_rows(REPO / "bench" / "results" / "evidence_cpu")
+    pairs = real_data_cpu.statistics(rows, real_data_cpu.REGIMES["evidence"])["pairs"]
+    gaps = [-pairs[f"{arm} − no_prompt"]["FA"][1].mean for arm in ("sprompt", "l2p", "dualprompt", "coda")]
+    stated = f"baselines end {round(min(gaps))}–{round(max(gaps))} FA points below `no_prompt`"
+    for page in (REPO / "README.md", DOCS / "crosscheck.md"):
+        assert stated in page.read_text().replace("\n", " "), f"{page.name} should say: {stated}"
+
+
 @pytest.mark.integration
 def test_the_site_builds_strictly(tmp_path):
     """What .ci/run does: broken links, missing pages or a failing generator fail the build."""
