@@ -128,17 +128,18 @@ def baselines_vs_simplecil(results: Results) -> List[str]:
 
 
 PROMPT_BASELINES = ["sprompt", "l2p", "dualprompt", "coda"]
+BASELINE_TABLE = ["no_prompt", "norga_tanh", *PROMPT_BASELINES]  # the arms of docs/results.md's baseline tables
 
 
-@block("baselines-arms", ["no_prompt", "norga_tanh", *PROMPT_BASELINES])
+@block("baselines-arms", BASELINE_TABLE)
 def baselines_arms(results: Results) -> List[str]:
     """docs/results.md: the prompt baselines beside no_prompt and norga_tanh."""
     arms = results.stats["arms"]
-    return table_head("arm", real_data_cpu.STAT_COLUMNS) + [real_data_cpu.arm_stat_row(a, arms[a]) for a in
-                                                            ["no_prompt", "norga_tanh", *PROMPT_BASELINES] if a in arms]
+    return table_head("arm", real_data_cpu.STAT_COLUMNS) + [
+        real_data_cpu.arm_stat_row(a, arms[a]) for a in BASELINE_TABLE if a in arms]
 
 
-@block("baselines-pairs", ["no_prompt", "norga_tanh", *PROMPT_BASELINES])
+@block("baselines-pairs", BASELINE_TABLE)
 def baselines_pairs(results: Results) -> List[str]:
     """docs/results.md: each prompt baseline − no_prompt, then norga_tanh − each prompt baseline."""
     pairs = results.stats["pairs"]

@@ -14,18 +14,14 @@ over those seeds, and the paired differences new − old (points, mean [95% t in
 """
 from __future__ import annotations
 
-from typing import Dict, List, Tuple
+from typing import List, Tuple
 
+from bench.real_data_cpu import by_seed as _by_seed
 from norga.summary_stats import describe, difference_text, paired, table_head
 
 OLD_ROWS = "@shared_stream"  # old rows of a complete re-run
 PENDING_ROWS = "@named_streams"  # new rows of a re-run under way
 RERUN_COLUMNS = ("status", "new FA", "old FA", "new − old FA", "new − old TIL_FA")
-
-
-def _by_seed(rows: List[dict], run: str, metric: str) -> Dict[int, float]:
-    """{seed: value in %} of the rows labelled ``run``."""
-    return {r["seed"]: 100 * r[metric] for r in rows if r["run"] == run and r.get(metric) is not None}
 
 
 def reruns(rows: List[dict], seeds_per_arm: int) -> List[Tuple[str, str, str, str]]:

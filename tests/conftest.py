@@ -10,6 +10,9 @@ import torch
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED = REPO_ROOT.parent / "shared"
 SMOKE = REPO_ROOT / "configs" / "smoke.yaml"  # the main job's embedded default: tiny random ViT, synthetic data
+# the smoke config shortened: 2 tasks of 10 classes, 1-2 epochs per stage (every stage still runs)
+SHORT_SMOKE = ["data.num_tasks=2", "data.options.num_classes=20", "method.tii.epochs=2", "method.tii.align_epochs=1",
+               "method.wtp.epochs=2", "method.tap.epochs=1"]
 
 
 def tiny_vit(seed: int = 0, **overrides):

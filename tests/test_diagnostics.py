@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import SMOKE, load_run_method
+from conftest import SHORT_SMOKE as FAST, SMOKE, load_run_method
 from norga.config import load_config
 from norga.engine import evaluate_run, run_training
 from norga.toolkit.stages import extract_features
@@ -16,8 +16,6 @@ from norga.methods.hideprompt_diagnostics import (mean_feature_change, random_pr
 pytestmark = pytest.mark.integration  # trains whole runs: outside the fast loop (-m "not slow and not integration")
 
 REPO = Path(__file__).resolve().parents[1]
-FAST = ["data.num_tasks=2", "data.options.num_classes=20", "method.tii.epochs=2", "method.tii.align_epochs=1",
-        "method.wtp.epochs=2", "method.tap.epochs=1"]
 
 
 def test_helpers_against_hand_computed_values():
