@@ -66,11 +66,16 @@ def _table(lines: List[str]) -> List[str]:
     return [ln for ln in lines if ln.startswith("|")]
 
 
-@block("evidence-overview", OVERVIEW)
-def evidence_overview(results: Results) -> List[str]:
+def _arm_table(results: Results, names: List[str]) -> List[str]:
+    """The statistics table of the arms ``names`` that have rows, in that order."""
     arms = results.stats["arms"]
     return table_head("arm", real_data_cpu.STAT_COLUMNS) + [
-        real_data_cpu.arm_stat_row(a, arms[a]) for a in OVERVIEW if a in arms]
+        real_data_cpu.arm_stat_row(a, arms[a]) for a in names if a in arms]
+
+
+@block("evidence-overview", OVERVIEW)
+def evidence_overview(results: Results) -> List[str]:
+    return _arm_table(results, OVERVIEW)
 
 
 @block("moe-arms", MATCHED)
@@ -134,9 +139,7 @@ BASELINE_TABLE = ["no_prompt", "norga_tanh", *PROMPT_BASELINES]  # the arms of d
 @block("baselines-arms", BASELINE_TABLE)
 def baselines_arms(results: Results) -> List[str]:
     """docs/results.md: the prompt baselines beside no_prompt and norga_tanh."""
-    arms = results.stats["arms"]
-    return table_head("arm", real_data_cpu.STAT_COLUMNS) + [
-        real_data_cpu.arm_stat_row(a, arms[a]) for a in BASELINE_TABLE if a in arms]
+    return _arm_table(results, BASELINE_TABLE)
 
 
 @block("baselines-pairs", BASELINE_TABLE)
