@@ -3,63 +3,33 @@
     python -m bench.readme_tables            # rewrite every marked table of README.md and docs/**/*.md
     python -m bench.readme_tables --check    # exit 1, naming the stale tables, if a file differs
 
-A generated table sits between two HTML comments (invisible on GitHub)::
-
-    <!-- bench:moe-arms -->
-    | arm | seeds | ... |
-    <!-- /bench:moe-arms -->
-
-Each name is a registered block (``BLOCKS``): a function of the rows of ``bench/results/evidence_cpu.json``
-(a :class:`Results`, whose statistics are computed once per render) returning table lines. Numbers are those of ``bench/results/evidence_cpu.md`` with typographic minus signs.
+A generated table sits between ``<!-- bench:NAME -->`` and ``<!-- /bench:NAME -->`` (bench/table_blocks.py holds
+the registry and the renderer). This module registers the tables of the evidence rows
+(``bench/results/evidence_cpu.json``; numbers as in ``bench/results/evidence_cpu.md`` with typographic minus
+signs); bench/source_tables.py registers those that read other result files (cross-check, smoke run).
 ``tests/test_readme.py`` runs the check, so no page can fall behind the committed rows.
 """
 from __future__ import annotations
 
 import argparse
-import re
 import sys
-from dataclasses import dataclass
-from functools import cached_property
 from pathlib import Path
-from typing import Callable, Dict, List
+from typing import Callable, List
 
-from bench import real_data_cpu, reruns, smoke_figures
-from bench.crosscheck import training as crosscheck_training
+from bench import real_data_cpu, reruns, source_tables  # noqa: F401  (source_tables registers its blocks)
 from bench.moe_arms import routing_lines, routing_pair_lines
 from bench.regimes import REPO
+from bench.table_blocks import BLOCK_MISSING, BLOCKS, MARKER, Results, block, render, render_block, stale_blocks
+from bench.table_blocks import typographic  # noqa: F401  (re-exported for the tests)
 from norga.summary_stats import table_head
 
 
-@dataclass
-class Results:
-    """The benchmark rows; ``stats`` is real_data_cpu.statistics() of the evidence regime, computed on first use."""
-
-    rows: List[dict]
-
-    @cached_property
-    def stats(self) -> dict:
-        return real_data_cpu.statistics(self.rows, real_data_cpu.REGIMES["evidence"])
-
-
-BLOCKS: Dict[str, Callable[[Results], List[str]]] = {}
-BLOCK_ARMS: Dict[str, List[str]] = {}  # the arms each table needs (named when it has no rows yet)
-BLOCK_MISSING: Dict[str, str] = {}  # what to run when a table that does not read the evidence rows has no rows
-MARKER = re.compile(r"<!-- bench:([\w-]+) -->\n(.*?)<!-- /bench:([\w-]+) -->", re.S)
 MATCHED = ["lora_moe", "mh_moe", "lora_moe_k16_top5"]
 H_SWEEP = ["mh_moe_h2", "mh_moe_h4", "mh_moe", "mh_moe_h8"]  # H = 2, 4, 6 (the backbone's heads), 8
 HEADWISE = ["norga_headwise", "norga_tanh", "hideprompt"]
 OVERVIEW = ["norga_tanh", "hideprompt", "no_prompt", "simplecil", "ranpac", "aper", "ease", "inflora", "sd_lora",
             "sprompt", "dualprompt", "l2p", "coda", "lora_moe", "mh_moe"]
 PAIR_COLUMNS = ("FA", "FM", "TIL_FA")
-
-
-def block(name: str, arms: List[str]):
-    """Register a README table: ``@block("name", arms)`` on a function Results -> table lines (empty without
-    rows)."""
-    def register(fn):
-        BLOCKS[name], BLOCK_ARMS[name] = fn, arms
-        return fn
-    return register
 
 
 def _table(lines: List[str]) -> List[str]:
@@ -187,85 +157,6 @@ def evidence_reruns(results: Results) -> List[str]:
 
 
 BLOCK_MISSING["evidence-reruns"] = "no arm has been re-run (bench/reruns.py)"
-
-
-CROSSCHECK_MISSING = "run `python -m bench.crosscheck.training --collect DIR` (docs/crosscheck.md, \"Repeat it\")"
-BLOCK_MISSING["crosscheck-means"] = CROSSCHECK_MISSING
-
-
-@block("crosscheck-means", [])
-def crosscheck_means(results: Results) -> List[str]:
-    """docs/crosscheck.md: mean FA per side and norga − reference, from bench/results/crosscheck_training.json."""
-    rows = crosscheck_training.load()
-    return crosscheck_training.mean_lines(rows) if rows else []
-
-
-def _crosscheck_per_seed(method: str):
-    def table(results: Results) -> List[str]:
-        rows = crosscheck_training.load()
-        return crosscheck_training.per_seed_lines(rows, method) if rows else []
-    return table
-
-
-@block("crosscheck-l2p-per-task", [])
-def crosscheck_l2p_per_task(results: Results) -> List[str]:
-    rows = crosscheck_training.load()
-    return crosscheck_training.per_task_lines(rows, "l2p") if rows else []
-
-
-BLOCK_MISSING["crosscheck-l2p-per-task"] = CROSSCHECK_MISSING
-for _method in crosscheck_training.METHODS:
-    BLOCK_MISSING[f"crosscheck-{_method}"] = CROSSCHECK_MISSING
-    block(f"crosscheck-{_method}", [])(_crosscheck_per_seed(_method))
-
-
-BLOCK_MISSING["smoke-figures"] = "run `python -m bench.smoke_figures`"
-BLOCK_MISSING["cifar100-dinov2-cpu"] = "run `python -m bench.real_data_cpu --regime cifar100_first`"
-
-
-@block("smoke-figures", [])
-def smoke_figures_block(results: Results) -> List[str]:
-    """README / getting started: the smoke run's end line and times, from bench/results/smoke.json."""
-    return smoke_figures.smoke_lines(smoke_figures.load())
-
-
-@block("cifar100-dinov2-cpu", [])
-def cifar100_dinov2_cpu(results: Results) -> List[str]:
-    """docs/results.md: no committed result of that config; the nearest regime's rows (cifar100_cpu.json)."""
-    return smoke_figures.dinov2_cpu_lines(real_data_cpu.load_rows(smoke_figures.FIRST_REGIME.with_suffix("")))
-
-
-def typographic(line: str) -> str:
-    """ASCII minus before a digit -> "−" (table rules and names are left alone)."""
-    return re.sub(r"-(?=\d)", "−", line)
-
-
-def render_block(name: str, results: Results) -> str:
-    lines = [typographic(ln) for ln in BLOCKS[name](results)]
-    how = BLOCK_MISSING.get(name) or f"run `python -m bench.real_data_cpu --only {' '.join(BLOCK_ARMS[name])}`"
-    missing = f"*No rows yet for `{name}`: {how}.*"
-    return "\n".join(lines or [missing]) + "\n"
-
-
-def render(text: str, rows: List[dict]) -> str:
-    """``text`` with every marked block regenerated from ``rows``; unknown or mismatched markers raise."""
-    unknown = sorted({m.group(1) for m in MARKER.finditer(text)} - set(BLOCKS))
-    if unknown:
-        raise ValueError(f"README marks unknown table(s) {unknown}; registered: {sorted(BLOCKS)}")
-    opened, closed = re.findall(r"<!-- bench:([\w-]+) -->", text), re.findall(r"<!-- /bench:([\w-]+) -->", text)
-    mismatched = [m.group(1) for m in MARKER.finditer(text) if m.group(1) != m.group(3)]
-    if opened != closed or mismatched:
-        raise ValueError(f"README table markers do not pair up (opened {opened}, closed {closed}): each "
-                         "<!-- bench:NAME --> needs its own <!-- /bench:NAME --> after it")
-    results = Results(rows)
-    return MARKER.sub(lambda m: f"<!-- bench:{m.group(1)} -->\n{render_block(m.group(1), results)}"
-                                f"<!-- /bench:{m.group(1)} -->", text)
-
-
-def stale_blocks(text: str, rows: List[dict]) -> List[str]:
-    """Names of the marked blocks whose text differs from what the rows give."""
-    fresh = {m.group(1): m.group(2) for m in MARKER.finditer(render(text, rows))}
-    return [m.group(1) for m in MARKER.finditer(text) if fresh[m.group(1)] != m.group(2)]
 
 
 def pages() -> List[Path]:

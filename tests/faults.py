@@ -10,10 +10,12 @@ SPEC:
   ("frozen feats", "prompted feats") and "evaluation";
 * ``write:<file name>:partial`` — SIGKILL after half of the file's temp copy is written;
 * ``write:<file name>:after`` — SIGKILL right after the file is in place (e.g. a
-  checkpoint written, its checksum not yet).
+  checkpoint written, its checksum not yet);
+* ``write:<file name>:sigint`` — SIGINT (Ctrl-C) right after the file is in place: the
+  interrupt arrives at a known point, whatever the machine's speed.
 
-The process exits with -9 when the fault fired; a test asserts that, so a renamed
-stage label fails the test instead of passing it vacuously.
+The process exits with -9 when a SIGKILL fault fired (130 after a handled SIGINT); a test
+asserts that, so a renamed stage label fails the test instead of passing it vacuously.
 """
 from __future__ import annotations
 
@@ -169,11 +171,12 @@ def _kill_in_write(name: str, when: str) -> None:
         files._write = partial
     else:
         atomic = run_folder.atomic_write_bytes
+        signal_after = {"after": signal.SIGKILL, "sigint": signal.SIGINT}[when]
 
         def after(path, data):
             atomic(path, data)
             if Path(path).name == name:
-                _die()
+                os.kill(os.getpid(), signal_after)
 
         run_folder.atomic_write_bytes = after
 

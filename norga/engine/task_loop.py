@@ -197,11 +197,20 @@ def _status_on_stop(run: RunDir, tracker: "MetricsTracker", log) -> Iterator[Non
             log.error(f"run failed in task {tracker.done}: {err}")
         raise
     except KeyboardInterrupt:
+        _record_saved_tasks(run, tracker)
         if is_main() and tracker.done < tracker.bench.num_tasks:
             reason = f"interrupted (Ctrl-C or SIGTERM) during task {tracker.done}; the tasks before it are saved"
             log.warning(f"{reason}; run the same command again to resume with task {tracker.done}")
             write_status(run, tracker.metrics(), "interrupted", tracker.done, reason)
         raise
+
+
+def _record_saved_tasks(run: RunDir, tracker: "MetricsTracker") -> None:
+    """Record the tasks whose checkpoint is intact on disk but not yet in the tracker: an interrupt between
+    ``save_checkpoint`` and ``tracker.record`` (the task is saved, and resuming starts after it)."""
+    for t in range(tracker.done, run.scan(tracker.bench.num_tasks).done):
+        saved = run.load_checkpoint(t)
+        tracker.record(t, *saved_evaluation(saved), config=saved.get("config"))
 
 
 def _train_task(t: int, cfg: Config, bench, method: Method, tracker: "MetricsTracker", run: RunDir,
