@@ -134,20 +134,8 @@ def method_evidence(arm: str) -> Callable[[Results], List[str]]:
     return table
 
 
-for _arm in ("aper", "ease"):
+for _arm in ("aper", "ease", "inflora", "sd_lora"):
     block(f"{_arm}-evidence", [_arm])(method_evidence(_arm))
-
-
-LORA_ARMS = ["inflora", "sd_lora"]
-
-
-@block("lora-pairs", LORA_ARMS + ["norga_tanh", "no_prompt", "simplecil"])
-def lora_pairs(results: Results) -> List[str]:
-    """Paired differences of the LoRA arms (InfLoRA, SD-LoRA) against norga_tanh, no_prompt and simplecil."""
-    pairs = results.stats["pairs"]
-    names = [n for n in pairs if n.split(" − ")[0] in LORA_ARMS]
-    return table_head("difference", PAIR_COLUMNS) + [
-        real_data_cpu.pair_stat_row(n, pairs[n], PAIR_COLUMNS) for n in names] if names else []
 
 
 @block("evidence-reruns", [])
