@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Callable, List
+from typing import Callable, Dict, List
 
 from bench import real_data_cpu, reruns, source_tables  # noqa: F401  (source_tables registers its blocks)
 from bench.moe_arms import routing_lines, routing_pair_lines
@@ -90,6 +90,7 @@ def headwise_pairs(results: Results) -> List[str]:
         real_data_cpu.pair_stat_row(n, p) for n, p in pairs.items()] if pairs else []
 
 
+PROMPT_BASELINES = ["sprompt", "l2p", "dualprompt", "coda"]
 SIMPLECIL_PAIRS = ["sprompt", "dualprompt", "l2p", "coda", "ranpac", "aper", "ease", "inflora", "sd_lora", "no_prompt"]
 
 
@@ -102,7 +103,27 @@ def baselines_vs_simplecil(results: Results) -> List[str]:
         real_data_cpu.pair_stat_row(n, pairs[n], PAIR_COLUMNS) for n in names] if names else []
 
 
-PROMPT_BASELINES = ["sprompt", "l2p", "dualprompt", "coda"]
+def _verdicts(results: Results, metric: str) -> str:
+    """``above a, b; level c; below d`` for the prompt baselines' paired ``metric`` − simplecil (95% interval)."""
+    groups: Dict[str, List[str]] = {"above": [], "level": [], "below": []}
+    for arm in PROMPT_BASELINES:
+        e = results.stats["pairs"][f"{arm} − simplecil"][metric][1]
+        groups["above" if e.low > 0 else "below" if e.high < 0 else "level"].append(f"`{arm}`")
+    return "; ".join(f"{word} {', '.join(arms)}" for word, arms in groups.items() if arms)
+
+
+@block("baselines-simplecil-verdict", PROMPT_BASELINES + ["simplecil"])
+def baselines_simplecil_verdict(results: Results) -> List[str]:
+    """README: the prompt baselines against SimpleCIL in one sentence (level = the interval includes 0)."""
+    pairs = results.stats["pairs"]
+    names = [f"{a} − simplecil" for a in PROMPT_BASELINES]
+    if not all(n in pairs and len(pairs[n]["FA"][0]) >= 2 for n in names):  # an interval needs two seeds
+        return []
+    return [f"Against SimpleCIL, the published tables' prompt-free row, the prompt baselines are in FA "
+            f"{_verdicts(results, 'FA')}; given the task (TIL FA) {_verdicts(results, 'TIL_FA')} (paired over the "
+            "seeds, *level*: the 95% interval includes 0):"]
+
+
 BASELINE_TABLE = ["no_prompt", "norga_tanh", *PROMPT_BASELINES]  # the arms of docs/results.md's baseline tables
 
 

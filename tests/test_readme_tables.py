@@ -96,3 +96,23 @@ def test_main_check_fails_on_a_stale_readme_and_passes_after_a_rewrite(tmp_path,
     assert readme_tables.main(args) == 0 and readme_tables.main(args + ["--check"]) == 0
     with pytest.raises(SystemExit, match="no rows"):
         readme_tables.main(["--files", str(readme), "--results", str(tmp_path / "none")])
+
+
+def _baseline_rows(seeds=(1, 2, 3)):
+    """simplecil and the four prompt baselines; FA and TIL_FA offsets from simplecil in points, per seed."""
+    offsets = {"sprompt": ([5, 6, 7], [-1, 0, 1]), "l2p": ([-5, -6, -7], [3, 4, 5]),
+               "dualprompt": ([-1, 0, 1], [-3, -4, -5]), "coda": ([-2, 0, 3], [3, 4, 5])}
+    rows = [{"run": "simplecil", "seed": s, "FA": 0.5, "CA": 0.5, "FM": 0.1, "TIL_FA": 0.6} for s in seeds]
+    for arm, (fa, til) in offsets.items():
+        rows += [{"run": arm, "seed": s, "FA": 0.5 + fa[i] / 100, "CA": 0.5, "FM": 0.1, "TIL_FA": 0.6 + til[i] / 100}
+                 for i, s in enumerate(seeds)]
+    return rows
+
+
+def test_the_simplecil_verdict_sorts_each_baseline_by_its_interval():
+    text = "<!-- bench:baselines-simplecil-verdict -->\n<!-- /bench:baselines-simplecil-verdict -->\n"
+    line = _block(readme_tables.render(text, _baseline_rows()), "baselines-simplecil-verdict")
+    assert ("in FA above `sprompt`; level `dualprompt`, `coda`; below `l2p`; given the task (TIL FA) above `l2p`, "
+            "`coda`; level `sprompt`; below `dualprompt` (") in line
+    one_seed = _block(readme_tables.render(text, _baseline_rows(seeds=(1,))), "baselines-simplecil-verdict")
+    assert one_seed.startswith("*No rows yet for `baselines-simplecil-verdict`")  # no interval from one seed
