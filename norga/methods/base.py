@@ -176,6 +176,17 @@ class Method(ABC):
         return [c for t in range(task + 1) for c in self.task_classes[t]]
 
 
+def batch_with_query(model: nn.Module, batch: Sequence[Tensor], device: torch.device
+                     ) -> Tuple[Tensor, Tensor, Tensor]:
+    """A training batch of a key-matching method: (images [B, 3, H, W], labels [B], query [B, D]) on ``device``;
+    the query is ``model(images)`` without prompts and without gradient (the frozen backbone's class token)."""
+    x, y = batch
+    x = x.to(device)
+    with torch.no_grad():
+        query = model(x)
+    return x, y.to(device), query
+
+
 def scaled_lr(lr: float, batch_size: int, scale: bool) -> float:
     """``lr`` x batch / 256 when ``scale`` (the linear scaling rule of the official scripts), else ``lr``."""
     return lr * batch_size / 256 if scale else lr

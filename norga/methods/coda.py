@@ -31,7 +31,7 @@ from ..toolkit.seeding import named_generator
 from ..toolkit.training import Stage, cross_entropy_term, run_stage
 from ..models.prompt_inputs import PromptInput
 from . import register_method
-from .base import Prediction, PrefixMethod, TaskLoaders, TestBatch, check_blocks
+from .base import Prediction, PrefixMethod, TaskLoaders, TestBatch, batch_with_query, check_blocks
 
 INIT_STREAM = "coda.init"  # task t's new components: named_generator(seed, t, INIT_STREAM)
 POOLS = ("components", "keys", "attention")
@@ -149,12 +149,9 @@ class CODAPrompt(PrefixMethod):
         model.eval()  # the frozen backbone in eval mode throughout
 
         def forward(batch):
-            x, y = batch
-            x = x.to(device)
-            with torch.no_grad():
-                query = model(x)
+            x, y, query = batch_with_query(model, batch, device)
             pools = in_use()
-            out = {"logits": self.head(model(x, self.prompts(query, *pools))), "labels": y.to(device)}
+            out = {"logits": self.head(model(x, self.prompts(query, *pools))), "labels": y}
             if c.ortho_mu > 0:
                 out["ortho"] = c.ortho_mu * self.penalty(*pools)
             return out

@@ -30,7 +30,7 @@ from ..toolkit.seeding import named_generator
 from ..toolkit.training import Stage, cross_entropy_term, run_stage
 from ..models.prompt_inputs import PromptInput
 from . import register_method
-from .base import Prediction, PrefixMethod, TaskLoaders, TestBatch, check_blocks, scaled_lr
+from .base import Prediction, PrefixMethod, TaskLoaders, TestBatch, batch_with_query, check_blocks, scaled_lr
 
 INIT_STREAM = "dualprompt.init"  # the prompts' and keys' initialisation: named_generator(seed, 0, INIT_STREAM)
 
@@ -88,12 +88,9 @@ class DualPrompt(PrefixMethod):
         model.eval()  # the frozen backbone in eval mode throughout
 
         def forward(batch):
-            x, y = batch
-            x = x.to(device)
-            with torch.no_grad():
-                query = model(x)
+            x, y, query = batch_with_query(model, batch, device)
             logits = self.head(model(x, self.prompts(e_prompt.unsqueeze(0))))
-            return {"logits": logits, "labels": y.to(device), "similarity": F.cosine_similarity(query, key[None])}
+            return {"logits": logits, "labels": y, "similarity": F.cosine_similarity(query, key[None])}
 
         run_stage(Stage("dualprompt", task, c.epochs, optimizer, clip=c.grad_clip, clip_params=params,
                         train_modules=[self.head], describe=model.gate_values, lr_key=self.config_key("lr")),

@@ -32,7 +32,7 @@ from ..toolkit.seeding import named_generator
 from ..toolkit.training import Stage, cross_entropy_term, run_stage
 from ..models.prompt_inputs import PromptInput
 from . import register_method
-from .base import Method, Prediction, TaskLoaders, TestBatch, scaled_lr
+from .base import Method, Prediction, TaskLoaders, TestBatch, batch_with_query, scaled_lr
 
 INIT_STREAM = "l2p.init"  # the pool's and keys' initialisation: named_generator(seed, 0, INIT_STREAM)
 
@@ -94,13 +94,10 @@ class L2P(Method):
         model.eval()  # the backbone is frozen; its dropout-free eval mode throughout
 
         def forward(batch):
-            x, y = batch
-            x = x.to(device)
-            with torch.no_grad():
-                query = model(x)
+            x, y, query = batch_with_query(model, batch, device)
             logits, sim, chosen = self.forward_selected(x, query)
             counts.add_(torch.bincount(chosen.flatten().cpu(), minlength=c.pool_size))
-            return {"logits": logits, "labels": y.to(device), "similarity": sim, "chosen": chosen}
+            return {"logits": logits, "labels": y, "similarity": sim, "chosen": chosen}
 
         def batches(epoch):
             counts.zero_()  # keep the last epoch's counts
