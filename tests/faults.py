@@ -184,6 +184,8 @@ def _kill_in_write(name: str, when: str) -> None:
 def main(argv: List[str]) -> int:
     spec, rest = argv[0], argv[argv.index("--") + 1:]
     kind, target, arg = spec.split(":")
+    if arg == "sigint":  # a shell's background job starts with SIGINT ignored; a terminal's Ctrl-C is not
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     if kind == "bar":
         _kill_in_bar(target, int(arg))
     else:
