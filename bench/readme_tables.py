@@ -21,7 +21,7 @@ from bench.moe_arms import routing_lines, routing_pair_lines
 from bench.regimes import REPO
 from bench.table_blocks import BLOCK_MISSING, BLOCKS, MARKER, Results, block, render, render_block, stale_blocks
 from bench.table_blocks import typographic  # noqa: F401  (re-exported for the tests)
-from norga.summary_stats import table_head
+from norga.summary_stats import sign_of, table_head
 
 
 MATCHED = ["lora_moe", "mh_moe", "lora_moe_k16_top5"]
@@ -108,7 +108,7 @@ def _verdicts(results: Results, metric: str) -> str:
     groups: Dict[str, List[str]] = {"above": [], "level": [], "below": []}
     for arm in PROMPT_BASELINES:
         e = results.stats["pairs"][f"{arm} − simplecil"][metric][1]
-        groups["above" if e.low > 0 else "below" if e.high < 0 else "level"].append(f"`{arm}`")
+        groups[{1: "above", 0: "level", -1: "below"}[sign_of(e)]].append(f"`{arm}`")
     return "; ".join(f"{word} {', '.join(arms)}" for word, arms in groups.items() if arms)
 
 

@@ -88,12 +88,17 @@ def clip_note(clipped: Dict[str, Tuple[Estimate, Estimate]], difference: bool = 
             f"reaches past what the metric can take ({what}); unclipped: {raw}.")
 
 
+def sign_of(e: Estimate) -> int:
+    """+1 / -1 when the interval lies above / below 0, 0 when it includes 0 (or there is none)."""
+    return 1 if e.low > 0 else -1 if e.high < 0 else 0
+
+
 def difference_text(e: Estimate) -> str:
     """A paired difference as "+m [+low, +high]", marked " *resolved*" when the interval excludes 0; "–" for one
     value (no interval)."""
     if e.n < 2:
         return "–"
-    resolved = e.low > 0 or e.high < 0
+    resolved = sign_of(e) != 0
     return f"{e.mean:+.2f} [{e.low:+.2f}, {e.high:+.2f}]" + (" *resolved*" if resolved else "")
 
 
