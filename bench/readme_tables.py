@@ -77,10 +77,7 @@ def h_sweep_pair(results: Results) -> List[str]:
 
 @block("headwise-arms", HEADWISE)
 def headwise_arms(results: Results) -> List[str]:
-    arms = results.stats["arms"]
-    present = [a for a in HEADWISE if a in arms]
-    return table_head("arm", real_data_cpu.STAT_COLUMNS) + [
-        real_data_cpu.arm_stat_row(a, arms[a]) for a in present] if "norga_headwise" in present else []
+    return _arm_table(results, HEADWISE) if "norga_headwise" in results.stats["arms"] else []
 
 
 @block("headwise-pairs", HEADWISE)
@@ -155,7 +152,7 @@ def method_evidence(arm: str) -> Callable[[Results], List[str]]:
     return table
 
 
-for _arm in ("aper", "ease", "inflora", "sd_lora"):
+for _arm in ("ranpac", "aper", "ease", "inflora", "sd_lora"):
     block(f"{_arm}-evidence", [_arm])(method_evidence(_arm))
 
 
