@@ -88,6 +88,7 @@ def headwise_pairs(results: Results) -> List[str]:
 
 
 PROMPT_BASELINES = ["sprompt", "l2p", "dualprompt", "coda"]
+NEWER_BASELINES = ["ranpac", "aper", "ease", "inflora", "sd_lora"]  # issue #35's arms
 SIMPLECIL_PAIRS = ["sprompt", "dualprompt", "l2p", "coda", "ranpac", "aper", "ease", "inflora", "sd_lora", "no_prompt"]
 
 
@@ -100,11 +101,17 @@ def baselines_vs_simplecil(results: Results) -> List[str]:
         real_data_cpu.pair_stat_row(n, pairs[n], PAIR_COLUMNS) for n in names] if names else []
 
 
-def _verdicts(results: Results, metric: str) -> str:
-    """``above a, b; level c; below d`` for the prompt baselines' paired ``metric`` − simplecil (95% interval)."""
+def _has_intervals(results: Results, names: List[str]) -> bool:
+    """Every pair in ``names`` is there with at least two seeds (an interval needs two)."""
+    pairs = results.stats["pairs"]
+    return all(n in pairs and len(pairs[n]["FA"][0]) >= 2 for n in names)
+
+
+def _verdicts(results: Results, metric: str, arms: List[str] = PROMPT_BASELINES, reference: str = "simplecil") -> str:
+    """``above a, b; level c; below d`` for the ``arms``' paired ``metric`` − ``reference`` (95% interval)."""
     groups: Dict[str, List[str]] = {"above": [], "level": [], "below": []}
-    for arm in PROMPT_BASELINES:
-        e = results.stats["pairs"][f"{arm} − simplecil"][metric][1]
+    for arm in arms:
+        e = results.stats["pairs"][f"{arm} − {reference}"][metric][1]
         groups[{1: "above", 0: "level", -1: "below"}[sign_of(e)]].append(f"`{arm}`")
     return "; ".join(f"{word} {', '.join(arms)}" for word, arms in groups.items() if arms)
 
@@ -112,13 +119,24 @@ def _verdicts(results: Results, metric: str) -> str:
 @block("baselines-simplecil-verdict", PROMPT_BASELINES + ["simplecil"])
 def baselines_simplecil_verdict(results: Results) -> List[str]:
     """README: the prompt baselines against SimpleCIL in one sentence (level = the interval includes 0)."""
-    pairs = results.stats["pairs"]
-    names = [f"{a} − simplecil" for a in PROMPT_BASELINES]
-    if not all(n in pairs and len(pairs[n]["FA"][0]) >= 2 for n in names):  # an interval needs two seeds
+    if not _has_intervals(results, [f"{a} − simplecil" for a in PROMPT_BASELINES]):
         return []
     return [f"Against SimpleCIL, the published tables' prompt-free row, the prompt baselines are in FA "
             f"{_verdicts(results, 'FA')}; given the task (TIL FA) {_verdicts(results, 'TIL_FA')} (paired over the "
             "seeds, *level*: the 95% interval includes 0):"]
+
+
+@block("newer-baselines-verdict", NEWER_BASELINES + ["no_prompt", "norga_tanh"])
+def newer_baselines_verdict(results: Results) -> List[str]:
+    """README: the newer baselines against no_prompt and norga_tanh, one sentence each (level = includes 0)."""
+    lines = []
+    for reference in ("no_prompt", "norga_tanh"):
+        if not _has_intervals(results, [f"{a} − {reference}" for a in NEWER_BASELINES]):
+            return []
+        lines.append(f"Against `{reference}` the newer baselines are in FA "
+                     f"{_verdicts(results, 'FA', NEWER_BASELINES, reference)}; given the task (TIL FA) "
+                     f"{_verdicts(results, 'TIL_FA', NEWER_BASELINES, reference)}.")
+    return lines + ["(Paired over the seeds; *level*: the 95% interval includes 0; tables on each method's page.)"]
 
 
 BASELINE_TABLE = ["no_prompt", "norga_tanh", *PROMPT_BASELINES]  # the arms of docs/results.md's baseline tables

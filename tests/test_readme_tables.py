@@ -116,3 +116,24 @@ def test_the_simplecil_verdict_sorts_each_baseline_by_its_interval():
             "`coda`; level `sprompt`; below `dualprompt` (") in line
     one_seed = _block(readme_tables.render(text, _baseline_rows(seeds=(1,))), "baselines-simplecil-verdict")
     assert one_seed.startswith("*No rows yet for `baselines-simplecil-verdict`")  # no interval from one seed
+
+
+def test_the_newer_baselines_verdict_sorts_each_arm_against_both_references():
+    """FA/TIL_FA offsets in points per seed; no_prompt sits 3 FA points above norga_tanh on every seed."""
+    offsets = {"ranpac": [3, 4, 5], "aper": [-5, -6, -7], "ease": [-1, 0, 1], "inflora": [-2, 0, 3],
+               "sd_lora": [1, 2, 3]}
+    rows = [{"run": "no_prompt", "seed": s, "FA": 0.5, "CA": 0.5, "FM": 0.1, "TIL_FA": 0.6} for s in (1, 2, 3)]
+    rows += [dict(r, run="norga_tanh", FA=0.47) for r in rows]
+    for arm, fa in offsets.items():  # TIL_FA offsets are the FA ones with the sign flipped
+        rows += [{"run": arm, "seed": s, "FA": 0.5 + fa[i] / 100, "CA": 0.5, "FM": 0.1, "TIL_FA": 0.6 - fa[i] / 100}
+                 for i, s in enumerate((1, 2, 3))]
+    text = "<!-- bench:newer-baselines-verdict -->\n<!-- /bench:newer-baselines-verdict -->\n"
+    lines = _block(readme_tables.render(text, rows), "newer-baselines-verdict").splitlines()
+    # sd_lora's +1, +2, +3: mean 2, 95% t half-width 4.303 · 1 / √3 = 2.48, so level with no_prompt
+    assert lines[0] == ("Against `no_prompt` the newer baselines are in FA above `ranpac`; level `ease`, `inflora`, "
+                        "`sd_lora`; below `aper`; given the task (TIL FA) above `aper`; level `ease`, `inflora`, "
+                        "`sd_lora`; below `ranpac`.")
+    assert lines[1].startswith("Against `norga_tanh` the newer baselines are in FA above `ranpac`, `ease`, `sd_lora`; "
+                               "level `inflora`; below `aper`; ")
+    without_one = [r for r in rows if not (r["run"] == "inflora" and r["seed"] > 1)]
+    assert _block(readme_tables.render(text, without_one), "newer-baselines-verdict").startswith("*No rows yet")
