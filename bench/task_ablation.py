@@ -2,6 +2,7 @@
 
     python -m bench.task_ablation --regime evidence [--levels base lr_x10 ...] [--seeds 1 2 3 4 5] [--quick]
     python -m bench.task_ablation --report          # tables from the committed rows only
+    python -m bench.task_ablation --merge runs/lanes/a runs/lanes/b   # rows of parallel processes (own --results)
 
 A **cell** is (regime, level, seed): the regime's ``norga_tanh`` arm with the level's overrides learns tasks 0 and
 1 (the full HiDe-Prompt pipeline: TII, WTP, TAP; task 1 starts from task 0's prompt and head) and the method's
@@ -13,7 +14,8 @@ both on the task's test images with logits over its classes; the probe is traine
 training images with WTP's epochs, lr and batch. Rows also carry WTP's first/last epoch CE and regulariser,
 the feature change of the trained prompt against a random prompt of the same norm, the prompt change and the
 minutes. Rows are appended to ``bench/results/task_ablation.json`` as cells finish; a cell already there is
-skipped (resumable).
+skipped (resumable). Two processes never write one results file: side by side, each gets its own ``--results``
+stem and ``--merge`` adds their rows afterwards (``bench/row_merge.py``; a cell two lanes disagree on is refused).
 
 PRE-REGISTERED (written 2026-11-25, before any cell ran; the grid, the readout and the rule are not changed after
 seeing results; an added level or regime is marked as added later)
@@ -39,6 +41,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Sequence
 
 from bench.regimes import REGIMES, REPO, Regime
+from bench.row_merge import Keying, MergeError, merge_rows
 from norga.config import Config
 from norga.summary_stats import describe, difference_text, paired, table_head
 
@@ -210,7 +213,30 @@ def parse_args(argv=None):
     p.add_argument("--data-dir", type=Path, default=REPO / "runs" / "bench_data")
     p.add_argument("--fashion-dir", type=Path, default=None, help="Fashion-MNIST idx files (evidence regime)")
     p.add_argument("--results", type=Path, default=RESULTS, help="stem of the .json rows and the .md report")
-    return p.parse_args(argv)
+    p.add_argument("--merge", nargs="+", type=Path, default=None, metavar="STEM",
+                   help="merge the rows of these results stems (parallel processes' --results) into --results")
+    p.add_argument("--replace", action="store_true", help="with --merge: lanes' rows replace differing rows")
+    args = p.parse_args(argv)
+    if args.replace and not args.merge:
+        p.error("--replace goes with --merge (it lets the merged lanes' rows replace differing rows)")
+    return args
+
+
+CELL = Keying(key=lambda r: (r["regime"], r["level"], int(r["seed"]), int(r["task"])),
+              text=lambda k: f"{k[0]} {k[1]} seed {k[2]} task {k[3]}", group=lambda r: r["level"],
+              unknown="names no level of bench.task_ablation (levels: {groups})")
+
+
+def merge(rows: List[dict], lanes: Sequence[Path], replace: bool) -> List[dict]:
+    """--merge: the lanes' rows added to ``rows``; a cell held with other values is one clear error (or, with
+    ``replace``, the lane's row replaces it)."""
+    try:
+        merged, added, replaced = merge_rows(rows, [(str(s), load_rows(s.with_suffix(".json"))) for s in lanes],
+                                             list(LEVELS), replace, CELL)
+    except MergeError as err:
+        raise SystemExit(f"error: {err}")
+    print(f"{len(added)} rows added, {len(replaced)} replaced, {len(merged)} in all")
+    return merged
 
 
 def main(argv=None) -> int:
@@ -223,7 +249,10 @@ def main(argv=None) -> int:
         args.fashion_dir = FASHION_DIR
     rows_path, report_path = args.results.with_suffix(".json"), args.results.with_suffix(".md")
     rows = load_rows(rows_path)
-    if not args.report:
+    if args.merge:
+        rows = merge(rows, args.merge, args.replace)
+        save_rows(rows_path, rows)
+    elif not args.report:
         regime = REGIMES[args.regime]
         extra = regime_extra(regime, args)
         for seed in args.seeds:

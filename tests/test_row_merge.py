@@ -40,7 +40,7 @@ def test_a_differing_row_needs_replace_and_then_takes_the_old_rows_place():
 
 @pytest.mark.parametrize("lanes, message", [
     ([("a", [_row("l2p", 1, 0.3)]), ("b", [_row("l2p", 1, 0.31)])], "a and b both hold l2p seed 1"),
-    ([("a", [_row("sd_lora", 1)])], "row 'sd_lora' seed 1 is not an arm of this regime"),
+    ([("a", [_row("sd_lora", 1)])], "row sd_lora seed 1 is not an arm of this regime"),
     ([("a", [])], "a: no rows"),
 ])
 def test_conflicts_unknown_arms_and_empty_lanes_raise(lanes, message):

@@ -61,3 +61,31 @@ def test_a_cell_reads_the_methods_diagnostics():
     for r in rows:
         assert r["delta"] == pytest.approx(r["til_prompted"] - r["til_probe"])
         assert 0.0 <= r["til_probe"] <= 1.0 and r["ce_first"] > 0 and r["feat_random"] > 0
+
+
+def _cell_row(level, seed, task, delta):
+    return {"regime": "evidence", "level": level, "seed": seed, "task": task, "delta": delta}
+
+
+def test_lanes_merge_by_cell_and_conflicts_are_refused(tmp_path, capsys):
+    import json
+
+    results, a, b = tmp_path / "rows", tmp_path / "a", tmp_path / "b"
+    results.with_suffix(".json").write_text(json.dumps([_cell_row("base", 1, 0, 0.1)]))
+    a.with_suffix(".json").write_text(json.dumps([_cell_row("base", 1, 0, 0.1), _cell_row("base", 1, 1, 0.2)]))
+    b.with_suffix(".json").write_text(json.dumps([_cell_row("lr_x10", 1, 0, -0.3), _cell_row("lr_x10", 1, 1, 0.0)]))
+    assert ta.main(["--merge", str(a), str(b), "--results", str(results)]) == 0
+    assert "3 rows added, 0 replaced, 4 in all" in capsys.readouterr().out
+    rows = json.loads(results.with_suffix(".json").read_text())
+    assert [(r["level"], r["task"]) for r in rows] == [("base", 0), ("base", 1), ("lr_x10", 0), ("lr_x10", 1)]
+    assert "| lr_x10 | 1 |" in results.with_suffix(".md").read_text()
+    a.with_suffix(".json").write_text(json.dumps([_cell_row("base", 1, 1, 0.25)]))  # task 1 of the cell, other value
+    with pytest.raises(SystemExit, match="other values for evidence base seed 1 task 1; pass --replace"):
+        ta.main(["--merge", str(a), "--results", str(results)])
+    assert ta.main(["--merge", str(a), "--replace", "--results", str(results)]) == 0
+    assert json.loads(results.with_suffix(".json").read_text())[1]["delta"] == 0.25
+    a.with_suffix(".json").write_text(json.dumps([_cell_row("lr_x3", 1, 0, 0.0)]))
+    with pytest.raises(SystemExit, match="row evidence lr_x3 seed 1 task 0 names no level of bench.task_ablation"):
+        ta.main(["--merge", str(a), "--results", str(results)])
+    with pytest.raises(SystemExit):
+        ta.main(["--replace", "--results", str(results)])
