@@ -5,6 +5,7 @@
     python -m bench.schedule_cut --report             # re-render bench/results/schedule_cut.md from the rows
     python -m bench.schedule_cut --write-expected     # the derived ranges into configs/reproduce/quick_gpu.yaml
     python -m bench.schedule_cut --quick              # tiny ViT, synthetic data: a check of the mechanism (< 1 min CPU)
+    python -m bench.schedule_cut --merge runs/lanes/a runs/lanes/b   # rows of parallel processes (own --results)
 
 **Runs.** For every cell of ``configs/reproduce/quick_gpu.yaml`` (HiDe-Prompt and NoRGa) and seed: the cell's
 shipped config (``config:``, its method section untouched) on the analogue below, once with the FULL schedule as
@@ -61,6 +62,7 @@ from pathlib import Path
 from typing import Dict, List, Sequence
 
 from bench import schedule_cut_report as report
+from bench.row_merge import Keying, MergeError, merge_rows
 from norga.config import ConfigError
 from norga.errors import NorgaError
 from norga.reproduce.manifest import QUICK_MANIFEST, Cell, load_manifest
@@ -178,6 +180,23 @@ def run_grid(args, cells: Dict[str, Cell]) -> List[dict]:
     return rows
 
 
+RUN = Keying(key=lambda r: (r["method"], r["schedule"], int(r["seed"])), text=lambda k: f"{k[0]} {k[1]} seed {k[2]}",
+             group=lambda r: r["method"], unknown="is no method of the manifest's cells ({groups})")
+
+
+def merge(args, cells: Dict[str, Cell]) -> None:
+    """--merge: the lanes' rows (each lane ran other methods or seeds with its own --results) into --results; a
+    run two files hold with different values (e.g. other settings) is one clear error, unless --replace."""
+    try:
+        rows, added, replaced = merge_rows(report.load_rows(args.results),
+                                           [(str(s), report.load_rows(s)) for s in args.merge], sorted(cells),
+                                           args.replace, RUN)
+    except MergeError as err:
+        raise ScheduleCutError(str(err))
+    report.save(rows, args.results, context(args, cells))
+    print(f"{len(added)} rows added, {len(replaced)} replaced, {len(rows)} in all")
+
+
 def context(args, cells: Dict[str, Cell]) -> dict:
     """What the report needs besides the rows (``bench.schedule_cut_report``'s ``ctx``), from the command line."""
     return make_context(cells, args.manifest, args.quick, args.seeds)
@@ -196,6 +215,8 @@ def parse_args(argv=None):
     p.add_argument("--quick", action="store_true", help="tiny ViT and synthetic data (a check of the mechanism)")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--report", action="store_true", help="only re-render the .md from the rows in the .json")
+    mode.add_argument("--merge", nargs="+", type=Path, default=None, metavar="STEM",
+                      help="add the rows of these results stems (parallel processes' --results) to --results")
     mode.add_argument("--write-expected", action="store_true",
                       help="write the derived ranges into the manifest's expected: fields (needs >= 3 paired seeds)")
     p.add_argument("--manifest", type=Path, default=REPO / QUICK_MANIFEST, help="the quick check's manifest")
@@ -205,7 +226,10 @@ def parse_args(argv=None):
     p.add_argument("--results", type=Path, default=None,
                    help="stem of the .json rows and .md report (default bench/results/schedule_cut[_quick])")
     p.add_argument("--threads", type=int, default=1, help="torch threads (the estimate assumes 1)")
+    p.add_argument("--replace", action="store_true", help="with --merge: lanes' rows replace differing rows")
     args = p.parse_args(argv)
+    if args.replace and not args.merge:
+        p.error("--replace goes with --merge (it lets the merged lanes' rows replace differing rows)")
     suffix = "_quick" if args.quick else ""
     args.runs_dir = args.runs_dir or REPO / "runs" / f"schedule_cut{suffix}"
     args.results = args.results or RESULTS.with_name(f"schedule_cut{suffix}")
@@ -225,7 +249,9 @@ def main(argv=None) -> int:
             print(f"wrote expected ranges into {args.manifest}: {ranges}\nnow update by hand what quotes the old "
                   "ranges: the manifest's header comment and the table in docs/reproduce.md (The 30-minute GPU check)")
             return 0
-        if not args.report:
+        if args.merge:
+            merge(args, cells)
+        elif not args.report:
             import torch
 
             torch.set_num_threads(args.threads)

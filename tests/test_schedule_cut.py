@@ -129,6 +129,30 @@ def test_write_expected_refuses_quick_rows(tmp_path):
         rep.write_expected([], ctx)
 
 
+
+def test_lanes_merge_into_the_results_and_a_conflict_is_refused(tmp_path, capsys):
+    """Two processes (one per method, each its own --results) merged: the report is the single-process one."""
+    ctx = sc.make_context(sc.quick_cells(QUICK), QUICK, False, [42, 40, 44])
+    rows = rows_of(FIXED, ctx, [42, 40, 44])
+    for lane, method in (("a", "norga"), ("b", "hideprompt")):
+        (tmp_path / f"{lane}.json").write_text(json.dumps([r for r in rows if r["method"] == method]))
+    results = tmp_path / "cut"
+    merge = ["--results", str(results), "--merge", str(tmp_path / "a"), str(tmp_path / "b")]
+    assert sc.main(merge) == 0
+    assert "12 rows added, 0 replaced, 12 in all" in capsys.readouterr().out
+    merged = json.loads(results.with_suffix(".json").read_text())
+    assert sorted(map(json.dumps, merged)) == sorted(map(json.dumps, rows))
+    alone = tmp_path / "alone"
+    rep.save(rows, alone, ctx)
+    assert results.with_suffix(".md").read_text() == alone.with_suffix(".md").read_text()
+    other = [dict(r, FA=r["FA"] + 1) if r["seed"] == 40 else r for r in rows if r["method"] == "norga"]
+    (tmp_path / "a.json").write_text(json.dumps(other))
+    assert sc.main(merge[:-1]) == 2
+    assert "other values for norga cut seed 40, norga full seed 40; pass --replace" in capsys.readouterr().err
+    assert sc.main(merge[:-1] + ["--replace"]) == 0
+    with pytest.raises(SystemExit):
+        sc.main(["--replace", "--report", "--results", str(results)])
+
 @pytest.mark.integration
 def test_quick_run_end_to_end_then_resume_does_nothing(tmp_path, monkeypatch):
     args = ["--quick", "--runs-dir", str(tmp_path / "runs"), "--results", str(tmp_path / "cut")]
