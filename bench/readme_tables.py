@@ -43,6 +43,14 @@ def _arm_table(results: Results, names: List[str]) -> List[str]:
         real_data_cpu.arm_stat_row(a, arms[a]) for a in names if a in arms]
 
 
+def _pair_table(results: Results, names: List[str]) -> List[str]:
+    """The paired-difference table (FA, FM, TIL_FA) of the pairs ``names`` that have rows, in that order."""
+    pairs = results.stats["pairs"]
+    present = [n for n in names if n in pairs]
+    return table_head("difference", PAIR_COLUMNS) + [
+        real_data_cpu.pair_stat_row(n, pairs[n], PAIR_COLUMNS) for n in present] if present else []
+
+
 @block("evidence-overview", OVERVIEW)
 def evidence_overview(results: Results) -> List[str]:
     return _arm_table(results, OVERVIEW)
@@ -60,9 +68,7 @@ def moe_pairs(results: Results) -> List[str]:
 
 @block("moe-vs-frozen", ["lora_moe", "mh_moe", "no_prompt"])
 def moe_vs_frozen(results: Results) -> List[str]:
-    pairs = {n: p for n, p in results.stats["pairs"].items() if n.endswith(" − no_prompt") and "moe" in n}
-    return table_head("difference", PAIR_COLUMNS) + [
-        real_data_cpu.pair_stat_row(n, p, PAIR_COLUMNS) for n, p in pairs.items()] if pairs else []
+    return _pair_table(results, [n for n in results.stats["pairs"] if n.endswith(" − no_prompt") and "moe" in n])
 
 
 @block("h-sweep", H_SWEEP)
@@ -95,10 +101,7 @@ SIMPLECIL_PAIRS = ["sprompt", "dualprompt", "l2p", "coda", "ranpac", "aper", "ea
 @block("baselines-vs-simplecil", SIMPLECIL_PAIRS + ["simplecil"])
 def baselines_vs_simplecil(results: Results) -> List[str]:
     """Paired differences arm − simplecil (the prompt-free row of the published tables)."""
-    pairs = results.stats["pairs"]
-    names = [f"{a} − simplecil" for a in SIMPLECIL_PAIRS if f"{a} − simplecil" in pairs]
-    return table_head("difference", PAIR_COLUMNS) + [
-        real_data_cpu.pair_stat_row(n, pairs[n], PAIR_COLUMNS) for n in names] if names else []
+    return _pair_table(results, [f"{a} − simplecil" for a in SIMPLECIL_PAIRS])
 
 
 def _has_intervals(results: Results, names: List[str]) -> bool:
@@ -151,11 +154,23 @@ def baselines_arms(results: Results) -> List[str]:
 @block("baselines-pairs", BASELINE_TABLE)
 def baselines_pairs(results: Results) -> List[str]:
     """docs/results.md: each prompt baseline − no_prompt, then norga_tanh − each prompt baseline."""
-    pairs = results.stats["pairs"]
-    names = [n for n in [*(f"{a} − no_prompt" for a in PROMPT_BASELINES),
-                         *(f"norga_tanh − {a}" for a in PROMPT_BASELINES)] if n in pairs]
-    return table_head("difference", PAIR_COLUMNS) + [
-        real_data_cpu.pair_stat_row(n, pairs[n], PAIR_COLUMNS) for n in names] if names else []
+    return _pair_table(results, [*(f"{a} − no_prompt" for a in PROMPT_BASELINES),
+                                 *(f"norga_tanh − {a}" for a in PROMPT_BASELINES)])
+
+
+NEWER_TABLE = ["no_prompt", "norga_tanh", *NEWER_BASELINES]  # docs/results.md's newer-baseline tables
+
+
+@block("newer-baselines-arms", NEWER_TABLE)
+def newer_baselines_arms(results: Results) -> List[str]:
+    """docs/results.md: issue #35's baselines beside no_prompt and norga_tanh."""
+    return _arm_table(results, NEWER_TABLE)
+
+
+@block("newer-baselines-pairs", NEWER_TABLE)
+def newer_baselines_pairs(results: Results) -> List[str]:
+    """docs/results.md: each newer baseline − no_prompt, then each − norga_tanh."""
+    return _pair_table(results, [f"{a} − {ref}" for ref in ("no_prompt", "norga_tanh") for a in NEWER_BASELINES])
 
 
 def method_evidence(arm: str) -> Callable[[Results], List[str]]:
