@@ -147,6 +147,24 @@ def test_the_stated_gap_of_the_baselines_to_no_prompt_is_the_committed_one():
         assert stated in page.read_text().replace("\n", " "), f"{page.name} should say: {stated}"
 
 
+
+def test_the_sd_lora_page_states_what_its_paired_rows_show():
+    """docs/methods/sd_lora.md: given the task SD-LoRA is above no_prompt and norga_tanh, in FA below, and it
+    forgets more (FM above): each a 95% interval that excludes 0 in the committed rows."""
+    import sys
+
+    sys.path.insert(0, str(REPO))
+    from bench import real_data_cpu
+    from norga.summary_stats import sign_of
+
+    rows = real_data_cpu.load_rows(REPO / "bench" / "results" / "evidence_cpu")
+    pairs = real_data_cpu.statistics(rows, real_data_cpu.REGIMES["evidence"])["pairs"]
+    for reference in ("no_prompt", "norga_tanh"):
+        pair = pairs[f"sd_lora − {reference}"]
+        signs = {m: sign_of(pair[m][1]) for m in ("TIL_FA", "FA", "FM")}
+        assert signs == {"TIL_FA": 1, "FA": -1, "FM": 1}, f"sd_lora − {reference}: {signs}; update sd_lora.md"
+    assert "Given the task, SD-LoRA's features are better" in (DOCS / "methods" / "sd_lora.md").read_text()
+
 @pytest.mark.integration
 def test_the_site_builds_strictly(tmp_path):
     """What .ci/run does: broken links, missing pages or a failing generator fail the build."""
