@@ -148,9 +148,19 @@ def test_the_stated_gap_of_the_baselines_to_no_prompt_is_the_committed_one():
 
 
 
-def test_the_sd_lora_page_states_what_its_paired_rows_show():
-    """docs/methods/sd_lora.md: given the task SD-LoRA is above no_prompt and norga_tanh, in FA below, and it
-    forgets more (FM above): each a 95% interval that excludes 0 in the committed rows."""
+# The signs of (arm − reference) that a method page's prose states: 1 above, 0 level, −1 below (95% interval).
+STATED_SIGNS = {
+    ("sd_lora", "no_prompt"): {"TIL_FA": 1, "FA": -1, "FM": 1},
+    ("sd_lora", "norga_tanh"): {"TIL_FA": 1, "FA": -1, "FM": 1},
+    ("inflora", "no_prompt"): {"TIL_FA": 0, "FA": -1, "FM": 1},
+}
+STATED_IN = {"sd_lora": "Given the task, SD-LoRA's features are better",
+             "inflora": "given the task it\nis level with `no_prompt`"}
+
+
+@pytest.mark.parametrize("arm, reference", sorted(STATED_SIGNS))
+def test_a_method_page_states_what_its_paired_rows_show(arm, reference):
+    """docs/methods/<arm>.md's sentence on the arm against ``reference`` matches the committed rows' intervals."""
     import sys
 
     sys.path.insert(0, str(REPO))
@@ -158,12 +168,11 @@ def test_the_sd_lora_page_states_what_its_paired_rows_show():
     from norga.summary_stats import sign_of
 
     rows = real_data_cpu.load_rows(REPO / "bench" / "results" / "evidence_cpu")
-    pairs = real_data_cpu.statistics(rows, real_data_cpu.REGIMES["evidence"])["pairs"]
-    for reference in ("no_prompt", "norga_tanh"):
-        pair = pairs[f"sd_lora − {reference}"]
-        signs = {m: sign_of(pair[m][1]) for m in ("TIL_FA", "FA", "FM")}
-        assert signs == {"TIL_FA": 1, "FA": -1, "FM": 1}, f"sd_lora − {reference}: {signs}; update sd_lora.md"
-    assert "Given the task, SD-LoRA's features are better" in (DOCS / "methods" / "sd_lora.md").read_text()
+    pair = real_data_cpu.statistics(rows, real_data_cpu.REGIMES["evidence"])["pairs"][f"{arm} − {reference}"]
+    signs = {m: sign_of(pair[m][1]) for m in STATED_SIGNS[arm, reference]}
+    assert signs == STATED_SIGNS[arm, reference], f"{arm} − {reference}: {signs}; update docs/methods/{arm}.md"
+    assert STATED_IN[arm] in (DOCS / "methods" / f"{arm}.md").read_text()
+
 
 @pytest.mark.integration
 def test_the_site_builds_strictly(tmp_path):
