@@ -185,7 +185,7 @@ def method_evidence(arm: str) -> Callable[[Results], List[str]]:
     return table
 
 
-for _arm in ("ranpac", "aper", "ease", "inflora", "sd_lora"):
+for _arm in NEWER_BASELINES:
     block(f"{_arm}-evidence", [_arm])(method_evidence(_arm))
 
 
