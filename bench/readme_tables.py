@@ -19,8 +19,7 @@ from typing import Callable, Dict, List
 from bench import real_data_cpu, reruns, source_tables  # noqa: F401  (source_tables registers its blocks)
 from bench.moe_arms import routing_lines, routing_pair_lines
 from bench.regimes import REPO
-from bench.table_blocks import BLOCK_MISSING, BLOCKS, MARKER, Results, block, render, render_block, stale_blocks
-from bench.table_blocks import typographic  # noqa: F401  (re-exported for the tests)
+from bench.table_blocks import BLOCK_MISSING, MARKER, Results, block, render, stale_blocks
 from norga.summary_stats import sign_of, table_head
 
 
@@ -43,12 +42,13 @@ def _arm_table(results: Results, names: List[str]) -> List[str]:
         real_data_cpu.arm_stat_row(a, arms[a]) for a in names if a in arms]
 
 
-def _pair_table(results: Results, names: List[str]) -> List[str]:
-    """The paired-difference table (FA, FM, TIL_FA) of the pairs ``names`` that have rows, in that order."""
+def _pair_table(results: Results, names: List[str], columns=PAIR_COLUMNS) -> List[str]:
+    """The paired-difference table (``columns``: FA, FM, TIL_FA unless told) of the pairs ``names`` that have
+    rows, in that order; no lines when none has."""
     pairs = results.stats["pairs"]
     present = [n for n in names if n in pairs]
-    return table_head("difference", PAIR_COLUMNS) + [
-        real_data_cpu.pair_stat_row(n, pairs[n], PAIR_COLUMNS) for n in present] if present else []
+    return table_head("difference", columns) + [
+        real_data_cpu.pair_stat_row(n, pairs[n], columns) for n in present] if present else []
 
 
 @block("evidence-overview", OVERVIEW)
@@ -88,9 +88,8 @@ def headwise_arms(results: Results) -> List[str]:
 
 @block("headwise-pairs", HEADWISE)
 def headwise_pairs(results: Results) -> List[str]:
-    pairs = {n: p for n, p in results.stats["pairs"].items() if n.startswith("norga_headwise − ")}
-    return table_head("difference", real_data_cpu.STAT_COLUMNS) + [
-        real_data_cpu.pair_stat_row(n, p) for n, p in pairs.items()] if pairs else []
+    names = [n for n in results.stats["pairs"] if n.startswith("norga_headwise − ")]
+    return _pair_table(results, names, real_data_cpu.STAT_COLUMNS)
 
 
 PROMPT_BASELINES = ["sprompt", "l2p", "dualprompt", "coda"]

@@ -3,6 +3,7 @@
     python -m bench.task_ablation --regime evidence [--levels base lr_x10 ...] [--seeds 1 2 3 4 5] [--quick]
     python -m bench.task_ablation --report          # tables from the committed rows only
     python -m bench.task_ablation --merge runs/lanes/a runs/lanes/b   # rows of parallel processes (own --results)
+    python -m bench.task_ablation --regime evidence --combination      # the rule's pick, fresh seeds 6-10
 
 A **cell** is (regime, level, seed): the regime's ``norga_tanh`` arm with the level's overrides learns tasks 0 and
 1 (the full HiDe-Prompt pipeline: TII, WTP, TAP; task 1 starts from task 0's prompt and head) and the method's
@@ -23,7 +24,8 @@ seeing results; an added level or regime is marked as added later)
 * Regimes: ``evidence`` (mixed domains, DINOv2 ViT-S/14 56 px), ``cifar100_first`` (Split CIFAR-100, DINOv2
   ViT-S/14 84 px) and ``weak_cifar`` (CIFAR-100 classes 0-49 in 5 tasks of 10 on the small ViT of
   ``bench/weak_backbone.py``, pretrained on classes 50-99 only). Seeds 1-5 in every regime.
-* Levels, one factor at a time from the regime's ``norga_tanh`` arm (``base``): :data:`LEVELS`.
+* Levels, one factor at a time from the regime's ``norga_tanh`` arm (``base``): ``bench.ablation_grid.LEVELS``
+  (their factors: ``FACTORS`` there).
 * Statistic: per seed, the mean delta over tasks 0 and 1; per (regime, level) its mean and 95% t interval over
   the seeds, and the paired difference level - base (by seed) with its 95% t interval.
 * Decision rule: a level *matters* in a regime when the interval of (level - base) excludes 0. The
@@ -31,6 +33,11 @@ seeing results; an added level or regime is marked as added later)
   at least 2 of the 3 regimes (none: the base value); it runs once on fresh seeds 6-10 in all three regimes and
   *wins* in a regime when its delta interval lies above 0. Only if it wins in at least 2 regimes is it shipped as
   ``configs/recipes/small_data.yaml`` and run on the full evidence benchmark (5 seeds, paired with the arms).
+  The statistics and the rule as code: ``bench/ablation_rule.py``.
+
+``--combination`` reads the rule's pick from the merged rows (``--grid``, default the committed
+``bench/results/task_ablation.json``; one clear error while a cell of the grid is missing) and runs it as the level
+``combination`` on fresh seeds; its rows name the levels it combined.
 """
 from __future__ import annotations
 
@@ -38,74 +45,25 @@ import argparse
 import json
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Sequence
+from typing import List, Sequence
 
+from bench.ablation_grid import COMBINATION, LEVELS, combination_levels, combined_overrides
+from bench.ablation_rule import FRESH_SEEDS, GRID_SEEDS, TASKS, RuleError, choose, write_report
 from bench.regimes import REGIMES, REPO, Regime
 from bench.row_merge import Keying, MergeError, merge_rows
 from norga.config import Config
-from norga.summary_stats import describe, difference_text, paired, table_head
 
 RESULTS = REPO / "bench" / "results" / "task_ablation"
 ARM = "norga_tanh"
-TASKS = (0, 1)
-SEEDS = (1, 2, 3, 4, 5)
-Level = Callable[[Config], List[str]]  # the base config -> the level's --set overrides
 
 
-def _scaled(key: str, factor: float, cast=float) -> Level:
-    def level(cfg: Config) -> List[str]:
-        value = cfg.method
-        for part in key.split(".")[1:]:
-            value = getattr(value, part)
-        return [f"{key}={cast(value * factor)}"]
-    return level
-
-
-def _swap_transforms(cfg: Config) -> List[str]:
-    """Augmentation on <-> off: ``plain`` -> ``backbone`` (timm's training transform: RandomResizedCrop(0.08-1) and
-    flip, the authors' recipe outside CIFAR), any augmenting recipe (e.g. the authors' ``cifar``) -> ``plain``."""
-    return [f"data.transforms={'backbone' if cfg.data.transforms == 'plain' else 'plain'}"]
-
-
-def _all_blocks(cfg: Config) -> List[str]:
-    return [f"method.prompt_layers={list(range(_depth(cfg)))}"]
-
-
-def _depth(cfg: Config) -> int:
-    """Number of blocks of the config's backbone (builds it without weights)."""
-    from norga.engine.task_loop import build_vit
-    import copy
-
-    arch = copy.deepcopy(cfg)
-    arch.model.checkpoint, arch.model.pretrained = None, False
-    return len(build_vit(arch).blocks)
-
-
-LEVELS: Dict[str, Level] = {
-    "base": lambda cfg: [],
-    "init_small": lambda cfg: ["method.prompt_init=uniform", "method.prompt_init_scale=0.01"],
-    "init_normal": lambda cfg: ["method.prompt_init=normal", "method.prompt_init_scale=0.02"],
-    "init_zero_values": lambda cfg: ["method.prompt_init=zero_values"],
-    "reg_eq56": lambda cfg: ["method.wtp.reg_form=eq56"],
-    "reg_off": lambda cfg: ["method.wtp.reg=0.0"],
-    "aug_swap": _swap_transforms,
-    "lr_x0.1": _scaled("method.wtp.lr", 0.1),
-    "lr_x10": _scaled("method.wtp.lr", 10.0),
-    "epochs_x0.5": _scaled("method.wtp.epochs", 0.5, lambda v: max(1, int(round(v)))),
-    "epochs_x2": _scaled("method.wtp.epochs", 2.0, lambda v: int(round(v))),
-    "layers_all": _all_blocks,
-    "length_x2": _scaled("method.prompt_length", 2.0, lambda v: int(round(v))),
-    "gate_linear": lambda cfg: ["method.gate={name: linear}"],
-    "gate_sigmoid": lambda cfg: ["method.gate={name: norga, activation: sigmoid}"],
-    "head_lr_x0.1": _scaled("method.wtp.head_lr_scale", 0.1),
-    "head_lr_x10": _scaled("method.wtp.head_lr_scale", 10.0),
-}
-
-
-def cell_config(regime: Regime, level: str, seed: int, extra: Sequence[str], quick: bool) -> Config:
-    """The regime's norga_tanh arm with the level's overrides, the seed and ``extra`` (data root, weights)."""
+def cell_config(regime: Regime, level: str, seed: int, extra: Sequence[str], quick: bool,
+                combined: Sequence[str] = ()) -> Config:
+    """The regime's norga_tanh arm with the level's overrides, the seed and ``extra`` (data root, weights); the
+    level ``combination`` applies the overrides of the levels ``combined`` at once."""
     base = regime.config(ARM, quick, [f"seed={seed}", *extra])
-    return regime.config(ARM, quick, [f"seed={seed}", *extra, *LEVELS[level](base)])
+    overrides = combined_overrides(base, combined) if level == COMBINATION else LEVELS[level](base)
+    return regime.config(ARM, quick, [f"seed={seed}", *extra, *overrides])
 
 
 def run_cell(cfg: Config, tasks: Sequence[int] = TASKS) -> List[dict]:
@@ -157,56 +115,15 @@ def save_rows(path: Path, rows: List[dict]) -> None:
     atomic_write_bytes(path, (json.dumps(rows, indent=1) + "\n").encode())
 
 
-def seed_deltas(rows: List[dict], regime: str, level: str) -> Dict[int, float]:
-    """Seed -> mean delta over the tasks of (regime, level) in percentage points (seeds with every task only)."""
-    by_seed: Dict[int, List[float]] = {}
-    for r in rows:
-        if r["regime"] == regime and r["level"] == level:
-            by_seed.setdefault(r["seed"], []).append(100.0 * r["delta"])
-    return {s: sum(v) / len(v) for s, v in by_seed.items() if len(v) == len(TASKS)}
-
-
-def level_lines(rows: List[dict], regime: str) -> List[str]:
-    """The Markdown table of a regime: per level n, delta mean [95%], level - base [95%], CE, feature change."""
-    lines = table_head("level", ["delta (pp) [95%]", "level − base (pp) [95%]", "CE first → last",
-                                 "feature Δ trained / random"])
-    base = seed_deltas(rows, regime, "base")
-    for level in LEVELS:
-        deltas = seed_deltas(rows, regime, level)
-        if not deltas:
-            continue
-        est = describe(list(deltas.values()))
-        interval = "–" if est.n < 2 else f"[{est.low:+.1f}, {est.high:+.1f}]"
-        common = sorted(set(deltas) & set(base))
-        vs = "–" if level == "base" or len(common) < 2 else difference_text(paired(deltas, base)[1])
-        mine = [r for r in rows if r["regime"] == regime and r["level"] == level]
-        ce = f"{_mean(mine, 'ce_first'):.2f} → {_mean(mine, 'ce_last'):.2f}"
-        feat = f"{_mean(mine, 'feat_trained'):.3f} / {_mean(mine, 'feat_random'):.3f}"
-        lines.append(f"| {level} | {est.n} | {est.mean:+.1f} {interval} | {vs} | {ce} | {feat} |")
-    return lines
-
-
-def _mean(rows: List[dict], key: str) -> float:
-    values = [r[key] for r in rows if r.get(key) is not None]
-    return sum(values) / len(values) if values else float("nan")
-
-
-def write_report(rows: List[dict], path: Path) -> None:
-    from norga.files import atomic_write_bytes
-
-    parts = [f"# Task-level ablation (issue #33)\n\nGenerated by `python -m bench.task_ablation --report` from "
-             f"`{RESULTS.with_suffix('.json').relative_to(REPO)}`; readout and rule: the module docstring.\n"]
-    for regime in sorted({r["regime"] for r in rows}):
-        parts.append(f"\n## {regime}\n\n" + "\n".join(level_lines(rows, regime)) + "\n")
-    atomic_write_bytes(path, "".join(parts).encode())
-
-
 # ---- command line ---------------------------------------------------------------------------------------
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--regime", choices=sorted(REGIMES), default="evidence")
-    p.add_argument("--levels", nargs="+", choices=list(LEVELS), default=list(LEVELS))
-    p.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS))
+    p.add_argument("--levels", nargs="+", choices=list(LEVELS), default=None, help="default: every level")
+    p.add_argument("--combination", action="store_true", help="run the decision rule's combination instead")
+    p.add_argument("--grid", type=Path, default=RESULTS, help="with --combination: the stem of the grid's rows")
+    p.add_argument("--seeds", nargs="+", type=int, default=None,
+                   help=f"default {list(GRID_SEEDS)} ({list(FRESH_SEEDS)} with --combination)")
     p.add_argument("--quick", action="store_true", help="the regime's quick keys (a check of the mechanism)")
     p.add_argument("--report", action="store_true", help="only regenerate the report from the committed rows")
     p.add_argument("--shared", type=Path, default=REPO.parent / "shared")
@@ -219,6 +136,10 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if args.replace and not args.merge:
         p.error("--replace goes with --merge (it lets the merged lanes' rows replace differing rows)")
+    if args.combination and args.levels:
+        p.error("--combination runs the rule's pick of levels; leave out --levels")
+    args.levels = args.levels or list(LEVELS)
+    args.seeds = args.seeds or list(FRESH_SEEDS if args.combination else GRID_SEEDS)
     return args
 
 
@@ -232,11 +153,33 @@ def merge(rows: List[dict], lanes: Sequence[Path], replace: bool) -> List[dict]:
     ``replace``, the lane's row replaces it)."""
     try:
         merged, added, replaced = merge_rows(rows, [(str(s), load_rows(s.with_suffix(".json"))) for s in lanes],
-                                             list(LEVELS), replace, CELL)
+                                             [*LEVELS, COMBINATION], replace, CELL)
     except MergeError as err:
         raise SystemExit(f"error: {err}")
     print(f"{len(added)} rows added, {len(replaced)} replaced, {len(merged)} in all")
     return merged
+
+
+def rule_combination(grid: Path) -> List[str]:
+    """The levels the decision rule combines, from the grid's rows (exits naming the missing cells)."""
+    try:
+        return combination_levels(choose(load_rows(grid.with_suffix(".json"))))
+    except RuleError as err:
+        raise SystemExit(f"error: {err} (in {grid.with_suffix('.json')}; merge the lanes' rows first)")
+
+
+def _done(rows: List[dict], tag: dict) -> bool:
+    """Whether the cell ``tag`` has rows; a combination cell held with other combined levels is an error."""
+    key = ("regime", "level", "seed")
+    held = [r for r in rows if all(r.get(k) == tag[k] for k in key)]
+    if held and held[0].get("combined") != tag.get("combined"):
+        raise SystemExit(f"error: {tag['regime']} {tag['level']} seed {tag['seed']} already ran combining "
+                         f"{held[0].get('combined')}, not {tag.get('combined')}; the grid's rows changed since")
+    return bool(held)
+
+
+def _shown(path: Path) -> str:
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
 
 
 def main(argv=None) -> int:
@@ -253,19 +196,22 @@ def main(argv=None) -> int:
         rows = merge(rows, args.merge, args.replace)
         save_rows(rows_path, rows)
     elif not args.report:
+        combined = rule_combination(args.grid) if args.combination else None
         regime = REGIMES[args.regime]
         extra = regime_extra(regime, args)
         for seed in args.seeds:
-            for level in args.levels:
+            for level in [COMBINATION] if args.combination else args.levels:
                 tag = {"regime": regime.name + ("_quick" if args.quick else ""), "level": level, "seed": seed}
-                if any(all(r.get(k) == v for k, v in tag.items()) for r in rows):
+                if combined is not None:
+                    tag["combined"] = combined
+                if _done(rows, tag):
                     continue
-                cell = run_cell(cell_config(regime, level, seed, extra, args.quick))
+                cell = run_cell(cell_config(regime, level, seed, extra, args.quick, combined or ()))
                 rows += [{**tag, **row} for row in cell]
                 save_rows(rows_path, rows)
                 print(f"{tag}: delta " + ", ".join(f"task {r['task']} {100 * r['delta']:+.1f} pp" for r in cell),
                       flush=True)
-    write_report(rows, report_path)
+    write_report(rows, report_path, _shown(rows_path))
     print(report_path.read_text())
     return 0
 

@@ -12,6 +12,7 @@ from conftest import REPO_ROOT
 sys.path.insert(0, str(REPO_ROOT))
 
 from bench import readme_tables  # noqa: E402
+from bench.table_blocks import typographic  # noqa: E402
 
 T2 = 4.302653  # t_{0.975} with 2 degrees of freedom
 
@@ -70,8 +71,8 @@ def test_stale_blocks_names_each_table_that_differs():
 
 def test_typographic_minus_only_before_digits():
     line = "| mh_moe_h8 − mh_moe_h2 | 3 | -0.50 [-1.20, +0.20] | –"
-    assert readme_tables.typographic(line) == "| mh_moe_h8 − mh_moe_h2 | 3 | −0.50 [−1.20, +0.20] | –"
-    assert readme_tables.typographic("|---|---|") == "|---|---|"
+    assert typographic(line) == "| mh_moe_h8 − mh_moe_h2 | 3 | −0.50 [−1.20, +0.20] | –"
+    assert typographic("|---|---|") == "|---|---|"
 
 
 @pytest.mark.parametrize("text, message", [

@@ -6,6 +6,8 @@ import math
 
 import pytest
 
+from bench import ablation_grid as grid
+from bench import ablation_rule as rule
 from bench import task_ablation as ta
 from bench.regimes import REGIMES
 from conftest import SMOKE
@@ -17,7 +19,7 @@ EXTRA = ["data.root=data.npz", "model.checkpoint=w.pt"]  # never read: configs a
 @pytest.mark.parametrize("regime", sorted(REGIMES))
 def test_every_level_changes_exactly_what_it_names(regime):
     base = ta.cell_config(REGIMES[regime], "base", 3, EXTRA, quick=False)
-    for level in ta.LEVELS:
+    for level in grid.LEVELS:
         if level == "layers_all":
             continue  # builds the backbone: checked on the smoke config below
         cfg = ta.cell_config(REGIMES[regime], level, 3, EXTRA, quick=False)
@@ -32,7 +34,7 @@ def test_every_level_changes_exactly_what_it_names(regime):
 
 def test_layers_all_prompts_every_block_of_the_backbone():
     cfg = load_config(SMOKE)
-    assert ta.LEVELS["layers_all"](cfg) == ["method.prompt_layers=[0, 1]"]  # the smoke ViT has 2 blocks
+    assert grid.LEVELS["layers_all"](cfg) == ["method.prompt_layers=[0, 1]"]  # the smoke ViT has 2 blocks
 
 
 def test_statistics_by_hand():
@@ -43,10 +45,10 @@ def test_statistics_by_hand():
             rows += [{"regime": "r", "level": level, "seed": seed, "task": t, "delta": d, "ce_first": 2.0,
                       "ce_last": 1.0, "feat_trained": 0.5, "feat_random": 0.25} for t, d in enumerate(deltas)]
     rows.append({"regime": "r", "level": "lr_x0.1", "seed": 1, "task": 0, "delta": 0.5})  # task 1 missing
-    base, lr = ta.seed_deltas(rows, "r", "base"), ta.seed_deltas(rows, "r", "lr_x10")
+    base, lr = rule.seed_deltas(rows, "r", "base"), rule.seed_deltas(rows, "r", "lr_x10")
     assert base == pytest.approx({1: 5.0, 2: -5.0, 3: -10.0}) and lr == pytest.approx({1: 15.0, 2: 5.0, 3: 0.0})
-    assert ta.seed_deltas(rows, "r", "lr_x0.1") == {}  # a seed counts only with both tasks
-    lines = ta.level_lines(rows, "r")
+    assert rule.seed_deltas(rows, "r", "lr_x0.1") == {}  # a seed counts only with both tasks
+    lines = rule.level_lines(rows, "r")
     assert lines[2].startswith("| base | 3 | -3.3 [") and "| lr_x10 | 3 | +6.7 [" in lines[3]
     assert "| +10.00 [+10.00, +10.00] *resolved* |" in lines[3]  # lr_x10 - base = +10 on every seed
     assert "2.00 → 1.00" in lines[3] and "0.500 / 0.250" in lines[3]

@@ -1,0 +1,169 @@
+"""Statistics, the pre-registered decision rule and the report of ``bench.task_ablation`` (issue #33).
+
+Rows are the bench's: ``{"regime", "level", "seed", "task", "delta", ...}`` with ``delta`` (a fraction) =
+TIL(psi on prompted features right after WTP) - TIL(linear probe on frozen features), one row per task.
+
+* :func:`seed_deltas`: per seed, the mean delta over the cell's tasks, in percentage points.
+* A level *matters* in a regime when the 95% t interval of the paired (level - base) excludes 0.
+* :func:`choose`: per factor (``bench.ablation_grid.FACTORS``), among its levels resolved *above* 0 in at least
+  2 of the 3 grid regimes, the one with the largest mean (level - base); "mean" is read as the mean over the
+  three regimes of each regime's mean paired difference (this reading written 2026-11-27, before any cell ran).
+  None resolved: the factor stays at base. The rule needs every cell of the grid (3 regimes x 17 levels + base
+  x seeds 1-5, both tasks) and names the missing ones otherwise.
+* The combination runs on fresh seeds 6-10 and *wins* in a regime when its delta interval lies above 0; it is
+  shipped as a recipe only when it wins in at least 2 of the 3 regimes (:func:`decision`).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+from bench.ablation_grid import BASE, COMBINATION, FACTORS, LEVELS, combination_levels
+from norga.summary_stats import Estimate, describe, difference_text, paired, sign_of, table_head
+
+TASKS = (0, 1)
+GRID_REGIMES = ("evidence", "cifar100_first", "weak_cifar")
+GRID_SEEDS = (1, 2, 3, 4, 5)
+FRESH_SEEDS = (6, 7, 8, 9, 10)
+WINS_NEEDED = 2  # regimes (of 3) the combination must win for a recipe, and the resolved-above count per level
+
+
+class RuleError(ValueError):
+    """The rule cannot be applied yet (cells missing)."""
+
+
+def seed_deltas(rows: List[dict], regime: str, level: str) -> Dict[int, float]:
+    """Seed -> mean delta over the tasks of (regime, level) in percentage points (seeds with every task only)."""
+    by_seed: Dict[int, List[float]] = {}
+    for r in rows:
+        if r["regime"] == regime and r["level"] == level:
+            by_seed.setdefault(r["seed"], []).append(100.0 * r["delta"])
+    return {s: sum(v) / len(v) for s, v in by_seed.items() if len(v) == len(TASKS)}
+
+
+def minus_base(rows: List[dict], regime: str, level: str) -> Optional[Estimate]:
+    """The paired (level - base) over their common seeds, in points; None with fewer than two."""
+    mine, base = seed_deltas(rows, regime, level), seed_deltas(rows, regime, BASE)
+    if len(set(mine) & set(base)) < 2:
+        return None
+    return paired(mine, base)[1]
+
+
+def missing_cells(rows: List[dict], regimes: Sequence[str] = GRID_REGIMES,
+                  seeds: Sequence[int] = GRID_SEEDS) -> List[str]:
+    """The grid's (regime, level, seed) cells without a row for every task."""
+    return [f"{regime} {level} seed {seed}" for regime in regimes for level in LEVELS
+            for seed in seeds if seed not in seed_deltas(rows, regime, level)]
+
+
+def choose(rows: List[dict], regimes: Sequence[str] = GRID_REGIMES) -> Dict[str, str]:
+    """The rule's combination: factor -> chosen level (``base`` when none of its levels is resolved above 0 in at
+    least :data:`WINS_NEEDED` regimes). Raises :class:`RuleError` naming missing cells."""
+    missing = missing_cells(rows, regimes)
+    if missing:
+        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        raise RuleError(f"the decision rule needs the whole grid (seeds {list(GRID_SEEDS)}); {len(missing)} "
+                        f"cells are missing: {shown}")
+    choice = {}
+    for factor, levels in FACTORS.items():
+        scored = []
+        for level in levels:
+            diffs = [minus_base(rows, regime, level) for regime in regimes]
+            if sum(sign_of(d) > 0 for d in diffs) >= WINS_NEEDED:
+                scored.append((sum(d.mean for d in diffs) / len(diffs), level))
+        choice[factor] = max(scored)[1] if scored else BASE
+    return choice
+
+
+def decision(rows: List[dict], regimes: Sequence[str] = GRID_REGIMES) -> Optional[bool]:
+    """Whether the combination wins (delta interval above 0) in at least :data:`WINS_NEEDED` regimes; None while
+    some regime has fewer than two fresh seeds of it."""
+    estimates = [describe(list(seed_deltas(rows, r, COMBINATION).values())) for r in regimes
+                 if len(seed_deltas(rows, r, COMBINATION)) >= 2]
+    if len(estimates) < len(regimes):
+        return None
+    return sum(sign_of(e) > 0 for e in estimates) >= WINS_NEEDED
+
+
+# ---- report ----------------------------------------------------------------------------------------------
+def level_lines(rows: List[dict], regime: str) -> List[str]:
+    """The Markdown table of a regime: per level n, delta mean [95%], level - base [95%], CE, feature change."""
+    lines = table_head("level", ["delta (pp) [95%]", "level − base (pp) [95%]", "CE first → last",
+                                 "feature Δ trained / random"])
+    for level in [*LEVELS, COMBINATION]:
+        deltas = seed_deltas(rows, regime, level)
+        if not deltas:
+            continue
+        est = describe(list(deltas.values()))
+        interval = "–" if est.n < 2 else f"[{est.low:+.1f}, {est.high:+.1f}]"
+        diff = None if level in (BASE, COMBINATION) else minus_base(rows, regime, level)
+        vs = "–" if diff is None else difference_text(diff)
+        mine = [r for r in rows if r["regime"] == regime and r["level"] == level]
+        ce = f"{_mean(mine, 'ce_first'):.2f} → {_mean(mine, 'ce_last'):.2f}"
+        feat = f"{_mean(mine, 'feat_trained'):.3f} / {_mean(mine, 'feat_random'):.3f}"
+        lines.append(f"| {level} | {est.n} | {est.mean:+.1f} {interval} | {vs} | {ce} | {feat} |")
+    return lines
+
+
+def _mean(rows: List[dict], key: str) -> float:
+    values = [r[key] for r in rows if r.get(key) is not None]
+    return sum(values) / len(values) if values else float("nan")
+
+
+def factor_lines(rows: List[dict], regimes: Sequence[str] = GRID_REGIMES) -> List[str]:
+    """Which levels matter where: per level its factor, (level - base) per regime, and in how many regimes it is
+    resolved above / below 0."""
+    lines = [f"| factor | level | {' | '.join(regimes)} | above / below |", "|---" * (len(regimes) + 3) + "|"]
+    for factor, levels in FACTORS.items():
+        for level in levels:
+            diffs = [minus_base(rows, r, level) for r in regimes]
+            if all(d is None for d in diffs):
+                continue
+            signs = [0 if d is None else sign_of(d) for d in diffs]
+            cells = " | ".join("–" if d is None else difference_text(d) for d in diffs)
+            lines.append(f"| {factor} | {level} | {cells} | {signs.count(1)} / {signs.count(-1)} |")
+    return lines
+
+
+def combination_lines(rows: List[dict], regimes: Sequence[str] = GRID_REGIMES) -> List[str]:
+    """The rule's choice (once the grid is complete), the combination's delta per regime on the fresh seeds and
+    the decision."""
+    try:
+        choice = choose(rows, regimes)
+    except RuleError as err:
+        return [f"Not yet: {err}."]
+    levels = combination_levels(choice)
+    head = f"The rule's combination: {', '.join(f'`{lv}`' for lv in levels)}." if levels else \
+        f"The rule's combination is the base itself: no level is resolved above 0 in {WINS_NEEDED} regimes."
+    lines = [head, ""]
+    lines += table_head("regime", ["delta (pp) [95%]", "wins"])
+    for regime in regimes:
+        est = describe(list(seed_deltas(rows, regime, COMBINATION).values())) \
+            if seed_deltas(rows, regime, COMBINATION) else None
+        if est is None:
+            lines.append(f"| {regime} | 0 | not run | – |")
+        else:
+            shown = f"{est.mean:+.1f}" + ("" if est.n < 2 else f" [{est.low:+.1f}, {est.high:+.1f}]")
+            lines.append(f"| {regime} | {est.n} | {shown} | {'yes' if est.n >= 2 and sign_of(est) > 0 else 'no'} |")
+    verdict = decision(rows, regimes)
+    lines += ["", {None: "Decision: pending (the combination has not run on every regime).",
+                   True: f"Decision: the combination wins in at least {WINS_NEEDED} regimes; it is shipped as "
+                         "configs/recipes/small_data.yaml.",
+                   False: f"Decision: the combination wins in fewer than {WINS_NEEDED} regimes; no recipe is "
+                          "shipped."}[verdict]]
+    return lines
+
+
+def write_report(rows: List[dict], path: Path, source: str) -> None:
+    """``path`` (Markdown): per regime the level table, then which levels matter and the combination."""
+    from norga.files import atomic_write_bytes
+
+    parts = [f"# Task-level ablation (issue #33)\n\nGenerated by `python -m bench.task_ablation --report` from "
+             f"`{source}`; readout and rule: the docstrings of bench/task_ablation.py and bench/ablation_rule.py.\n"]
+    for regime in sorted({r["regime"] for r in rows}):
+        parts.append(f"\n## {regime}\n\n" + "\n".join(level_lines(rows, regime)) + "\n")
+    if rows:
+        parts.append("\n## Which levels matter (level − base, pp, paired over seeds 1–5)\n\n"
+                     + "\n".join(factor_lines(rows)) + "\n")
+        parts.append("\n## The combination (fresh seeds 6–10)\n\n" + "\n".join(combination_lines(rows)) + "\n")
+    atomic_write_bytes(path, "".join(parts).encode())
