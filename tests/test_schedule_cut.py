@@ -176,3 +176,20 @@ def test_quick_run_end_to_end_then_resume_does_nothing(tmp_path, monkeypatch):
     assert sc.main(args) == 0
     assert json.loads((tmp_path / "cut.json").read_text()) == rows
     assert {p: p.stat().st_mtime_ns for p in folders} == folders
+
+
+def test_the_reproduce_page_states_the_manifests_expected_ranges():
+    """docs/reproduce.md's expected-outcome table is the quick check's manifest (``expected:``, which
+    ``--write-expected`` rewrites) and its published FA column is paper.yaml's: neither can go stale alone."""
+    page = (REPO_ROOT / "docs" / "reproduce.md").read_text()
+    table = page.split("## The 30-minute GPU check", 1)[1].split("| method | FA (%) |", 1)[1].split("\n\n", 1)[0]
+    rows = {m.group(1): m.groups()[1:] for m in re.finditer(
+        r"^\| ([\w-]+) \| ([\d.]+) – ([\d.]+) \| ([\d.]+) – ([\d.]+) \| (−?[\d.]+) – ([\d.]+) \| ([\d.]+) ± ([\d.]+) \|$",
+        table, re.M)}
+    cells = load_manifest(QUICK).cells
+    assert sorted(rows) == sorted(c.method for c in cells)
+    for cell in cells:
+        shown = [float(v.replace("−", "-")) for v in rows[cell.method]]
+        assert shown[:6] == [x for m in ("FA", "CA", "FM") for x in cell.expected[m]], cell.id
+        published = rep.published_values(cell, REPO_ROOT / "configs" / "reproduce" / "paper.yaml")["FA"]
+        assert shown[6:] == pytest.approx(list(published)), cell.id
