@@ -8,7 +8,7 @@ TIL(psi on prompted features right after WTP) - TIL(linear probe on frozen featu
 * :func:`choose`: per factor (``bench.ablation_grid.FACTORS``), among its levels resolved *above* 0 in at least
   2 of the 3 grid regimes, the one with the largest mean (level - base); "mean" is read as the mean over the
   three regimes of each regime's mean paired difference (this reading written 2026-11-27, before any cell ran).
-  None resolved: the factor stays at base. The rule needs every cell of the grid (3 regimes x 17 levels + base
+  None resolved: the factor stays at base. The rule needs every cell of the grid (3 regimes x (base + 16 levels)
   x seeds 1-5, both tasks) and names the missing ones otherwise.
 * The combination runs on fresh seeds 6-10 and *wins* in a regime when its delta interval lies above 0; it is
   shipped as a recipe only when it wins in at least 2 of the 3 regimes (:func:`decision`).
