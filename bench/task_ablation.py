@@ -103,7 +103,7 @@ def row_of(d: dict, seconds: float) -> dict:
             "minutes": seconds / 60}
 
 
-# ---- rows and statistics -----------------------------------------------------------------------------
+# ---- rows ---------------------------------------------------------------------------------------------
 def load_rows(path: Path) -> List[dict]:
     return json.loads(path.read_text()) if path.is_file() else []
 

@@ -183,9 +183,9 @@ def test_the_reproduce_page_states_the_manifests_expected_ranges():
     ``--write-expected`` rewrites) and its published FA column is paper.yaml's: neither can go stale alone."""
     page = (REPO_ROOT / "docs" / "reproduce.md").read_text()
     table = page.split("## The 30-minute GPU check", 1)[1].split("| method | FA (%) |", 1)[1].split("\n\n", 1)[0]
-    rows = {m.group(1): m.groups()[1:] for m in re.finditer(
-        r"^\| ([\w-]+) \| ([\d.]+) – ([\d.]+) \| ([\d.]+) – ([\d.]+) \| (−?[\d.]+) – ([\d.]+) \| ([\d.]+) ± ([\d.]+) \|$",
-        table, re.M)}
+    span, number = r"(−?[\d.]+) – (−?[\d.]+)", r"([\d.]+)"
+    line = rf"^\| (\w+) \| {span} \| {span} \| {span} \| {number} ± {number} \|$"
+    rows = {m.group(1): m.groups()[1:] for m in re.finditer(line, table, re.M)}
     cells = load_manifest(QUICK).cells
     assert sorted(rows) == sorted(c.method for c in cells)
     for cell in cells:
