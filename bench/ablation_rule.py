@@ -167,3 +167,21 @@ def write_report(rows: List[dict], path: Path, source: str) -> None:
                      + "\n".join(factor_lines(rows)) + "\n")
         parts.append("\n## The combination (fresh seeds 6–10)\n\n" + "\n".join(combination_lines(rows)) + "\n")
     atomic_write_bytes(path, "".join(parts).encode())
+
+
+def verdict_lines(rows: List[dict], regimes: Sequence[str] = GRID_REGIMES) -> List[str]:
+    """README: how much of the grid ran, the levels resolved above / below the base in at least
+    :data:`WINS_NEEDED` regimes, the rule's combination and the decision; ``[]`` without rows."""
+    if not rows:
+        return []
+    total = len(regimes) * len(LEVELS) * len(GRID_SEEDS)
+    done = total - len(missing_cells(rows, regimes))
+    counted = {level: [sign_of(d) for d in (minus_base(rows, r, level) for r in regimes) if d is not None]
+               for levels in FACTORS.values() for level in levels}
+    above = [f"`{lv}`" for lv, s in counted.items() if s.count(1) >= WINS_NEEDED]
+    below = [f"`{lv}`" for lv, s in counted.items() if s.count(-1) >= WINS_NEEDED]
+    lines = [f"Task-level ablation: {done} of {total} grid cells have run. Levels resolved above the authors' "
+             f"setting (level − base, 95% interval) in at least {WINS_NEEDED} of the {len(regimes)} regimes: "
+             f"{', '.join(above) or 'none'}; below it: {', '.join(below) or 'none'}."]
+    return lines + [combination_lines(rows, regimes)[0], combination_lines(rows, regimes)[-1]] \
+        if done == total else lines

@@ -1,12 +1,12 @@
 """The generated tables that read a result file other than the evidence rows: the reference cross-check
-(``bench/results/crosscheck_training.json``), the smoke run (``smoke.json``) and the first CPU regime
-(``cifar100_cpu.json``). Importing this module registers them in ``bench.table_blocks.BLOCKS``.
+(``bench/results/crosscheck_training.json``), the smoke run (``smoke.json``), the first CPU regime
+(``cifar100_cpu.json``) and the task-level ablation (``task_ablation.json``). Importing this module registers them in ``bench.table_blocks.BLOCKS``.
 """
 from __future__ import annotations
 
 from typing import List
 
-from bench import real_data_cpu, smoke_figures
+from bench import ablation_rule, real_data_cpu, smoke_figures, task_ablation
 from bench.crosscheck import training as crosscheck_training
 from bench.table_blocks import BLOCK_MISSING, Results, block
 
@@ -15,6 +15,9 @@ BLOCK_MISSING["crosscheck-means"] = CROSSCHECK_MISSING
 BLOCK_MISSING["crosscheck-l2p-per-task"] = CROSSCHECK_MISSING
 BLOCK_MISSING["smoke-figures"] = "run `python -m bench.smoke_figures`"
 BLOCK_MISSING["cifar100-dinov2-cpu"] = "run `python -m bench.real_data_cpu --regime cifar100_first`"
+ABLATION_MISSING = "no cell of the task-level ablation has run (`python -m bench.task_ablation --regime R`)"
+BLOCK_MISSING["ablation-verdict"] = ABLATION_MISSING
+BLOCK_MISSING["ablation-levels"] = ABLATION_MISSING
 
 
 @block("crosscheck-means", [])
@@ -53,3 +56,20 @@ def smoke_figures_block(results: Results) -> List[str]:
 def cifar100_dinov2_cpu(results: Results) -> List[str]:
     """docs/results.md: no committed result of that config; the nearest regime's rows (cifar100_cpu.json)."""
     return smoke_figures.dinov2_cpu_lines(real_data_cpu.load_rows(smoke_figures.FIRST_REGIME.with_suffix("")))
+
+
+def _ablation_rows() -> List[dict]:
+    return task_ablation.load_rows(task_ablation.RESULTS.with_suffix(".json"))
+
+
+@block("ablation-verdict", [])
+def ablation_verdict(results: Results) -> List[str]:
+    """README: the task-level ablation's progress, the levels that matter, the rule's pick and the decision."""
+    return ablation_rule.verdict_lines(_ablation_rows())
+
+
+@block("ablation-levels", [])
+def ablation_levels(results: Results) -> List[str]:
+    """docs/results.md: level − base per regime and level, then the combination on fresh seeds."""
+    rows = _ablation_rows()
+    return [*ablation_rule.factor_lines(rows), "", *ablation_rule.combination_lines(rows)] if rows else []

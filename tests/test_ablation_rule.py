@@ -138,3 +138,17 @@ def test_the_combination_runs_on_fresh_seeds_with_the_rules_levels(tmp_path, mon
         ta.main(argv)
     with pytest.raises(SystemExit):
         ta.main([*argv, "--levels", "base"])
+
+
+def test_the_readme_verdict_counts_the_grid_and_names_the_levels_that_matter():
+    assert rule.verdict_lines([]) == []
+    rows = _grid_rows()
+    lines = rule.verdict_lines(rows)
+    assert lines[0].startswith("Task-level ablation: 255 of 255 grid cells have run.")
+    assert "in at least 2 of the 3 regimes: `reg_off`, `lr_x0.1`, `lr_x10`; below it: `init_small`." in lines[0]
+    assert lines[1] == "The rule's combination: `reg_off`, `lr_x10`."
+    assert lines[2] == "Decision: pending (the combination has not run on every regime)."
+    part = [r for r in rows if r["regime"] == "evidence"]
+    assert rule.verdict_lines(part) == [
+        "Task-level ablation: 85 of 255 grid cells have run. Levels resolved above the authors' setting (level − "
+        "base, 95% interval) in at least 2 of the 3 regimes: none; below it: none."]
