@@ -12,9 +12,10 @@ diagnostics (``norga.methods.hideprompt_diagnostics``) give, per task,
     delta = TIL(psi on prompted features, right after WTP) - TIL(linear probe on frozen features)
 
 both on the task's test images with logits over its classes; the probe is trained on the task's un-augmented
-training images with WTP's epochs, lr and batch. Rows also carry WTP's first/last epoch CE and regulariser,
-the feature change of the trained prompt against a random prompt of the same norm, the prompt change and the
-minutes. Rows are appended to ``bench/results/task_ablation.json`` as cells finish; a cell already there is
+training images with WTP's epochs, lr and batch. Rows also carry WTP's CE and regulariser per epoch (curves,
+drawn per regime and level into ``<results>.png`` by ``bench/ablation_figure.py``; first and last epoch also as
+numbers), the feature change of the trained prompt against a random prompt of the same norm, the prompt change
+and the minutes. Rows are appended to ``bench/results/task_ablation.json`` as cells finish; a cell already there is
 skipped (resumable). Two processes never write one results file: side by side, each gets its own ``--results``
 stem and ``--merge`` adds their rows afterwards (``bench/row_merge.py``; a cell two lanes disagree on is refused).
 
@@ -47,6 +48,7 @@ import time
 from pathlib import Path
 from typing import List, Sequence
 
+from bench.ablation_figure import write_curves
 from bench.ablation_grid import COMBINATION, LEVELS, combination_levels, combined_overrides
 from bench.ablation_rule import FRESH_SEEDS, GRID_SEEDS, TASKS, RuleError, choose, write_report
 from bench.regimes import REGIMES, REPO, Regime
@@ -88,19 +90,24 @@ def run_cell(cfg: Config, tasks: Sequence[int] = TASKS) -> List[dict]:
         with torch.random.fork_rng(devices=[]):
             method.learn_task(t, loaders)
         if t in tasks:
-            rows.append(row_of(method.describe()["diagnostics"][t], time.time() - start))
+            rows.append(row_of(method.describe()["diagnostics"][t], time.time() - start, method.wtp_history))
     return rows
 
 
-def row_of(d: dict, seconds: float) -> dict:
-    """One task's diagnostics -> a result row (accuracies as fractions)."""
+def row_of(d: dict, seconds: float, history: Sequence[dict] = ()) -> dict:
+    """One task's diagnostics -> a result row (accuracies as fractions); ``history``: WTP's epoch means
+    (``method.wtp_history``), kept as the CE and regulariser curves (one value per epoch, 5 significant digits)."""
     return {"task": d["task"], "delta": d["til_prompted_before_tap"] - d["til_frozen_probe"],
             "til_prompted": d["til_prompted_before_tap"], "til_probe": d["til_frozen_probe"],
             "til_after_tap": d["til_prompted_after_tap"], "ce_first": d["wtp_first"].get("ce"),
             "ce_last": d["wtp_last"].get("ce"), "reg_first": d["wtp_first"].get("reg"),
             "reg_last": d["wtp_last"].get("reg"), "feat_trained": d["feature_change_trained"],
             "feat_random": d["feature_change_random"], "prompt_change": d["prompt_change"],
-            "minutes": seconds / 60}
+            "minutes": seconds / 60, "ce_curve": _curve(history, "ce"), "reg_curve": _curve(history, "reg")}
+
+
+def _curve(history: Sequence[dict], term: str) -> List[float]:
+    return [float(f"{h[term]:.5g}") for h in history if term in h]
 
 
 # ---- rows ---------------------------------------------------------------------------------------------
@@ -212,6 +219,7 @@ def main(argv=None) -> int:
                 print(f"{tag}: delta " + ", ".join(f"task {r['task']} {100 * r['delta']:+.1f} pp" for r in cell),
                       flush=True)
     write_report(rows, report_path, _shown(rows_path))
+    write_curves(rows, args.results.with_suffix(".png"))
     print(report_path.read_text())
     return 0
 

@@ -152,3 +152,24 @@ def test_the_readme_verdict_counts_the_grid_and_names_the_levels_that_matter():
     assert rule.verdict_lines(part) == [
         "Task-level ablation: 85 of 255 grid cells have run. Levels resolved above the authors' setting (level − "
         "base, 95% interval) in at least 2 of the 3 regimes: none; below it: none."]
+
+
+def test_a_row_keeps_wtps_curves_and_the_figure_averages_them(tmp_path):
+    from bench import ablation_figure as fig
+
+    d = {"task": 0, "til_prompted_before_tap": 0.5, "til_frozen_probe": 0.25, "til_prompted_after_tap": 0.5,
+         "wtp_first": {"ce": 2.0, "reg": 0.1}, "wtp_last": {"ce": 1.0, "reg": 0.3}, "feature_change_trained": 0.4,
+         "feature_change_random": 0.2, "prompt_change": 0.1}
+    history = [{"loss": 2.1, "ce": 2.0, "reg": 0.1}, {"loss": 1.3, "ce": 1.2345678, "reg": 0.2},
+               {"loss": 1.3, "ce": 1.0, "reg": 0.3}]
+    row = ta.row_of(d, 90.0, history)
+    assert row["delta"] == 0.25 and row["minutes"] == 1.5
+    assert row["ce_curve"] == [2.0, 1.2346, 1.0] and row["reg_curve"] == [0.1, 0.2, 0.3]
+    rows = [{"regime": "r", "level": "base", "seed": s, "task": 0, "ce_curve": c, "reg_curve": [0.0, 0.0]}
+            for s, c in ((1, [2.0, 1.0]), (2, [4.0, 2.0]))]
+    assert fig.mean_curve(rows, "r", "base", "ce_curve").tolist() == [3.0, 1.5]
+    assert fig.mean_curve(rows, "r", "lr_x10", "ce_curve") is None
+    assert fig.write_curves(rows, tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG"
+    assert fig.write_curves([{**r, "ce_curve": []} for r in rows], tmp_path / "none.png") is None
+    with pytest.raises(ValueError, match="ce_curve of different lengths"):
+        fig.mean_curve([*rows, {**rows[0], "ce_curve": [1.0]}], "r", "base", "ce_curve")

@@ -63,6 +63,8 @@ def test_a_cell_reads_the_methods_diagnostics():
     for r in rows:
         assert r["delta"] == pytest.approx(r["til_prompted"] - r["til_probe"])
         assert 0.0 <= r["til_probe"] <= 1.0 and r["ce_first"] > 0 and r["feat_random"] > 0
+        assert len(r["ce_curve"]) == len(r["reg_curve"]) == cfg.method.wtp.epochs  # one value per WTP epoch
+        assert r["ce_curve"][0] == pytest.approx(r["ce_first"], rel=1e-4)
 
 
 def _cell_row(level, seed, task, delta):
