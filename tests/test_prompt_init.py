@@ -45,7 +45,7 @@ def test_the_config_options_reach_the_pool():
     cfg = load_config(SMOKE, ["method.prompt_init=zero_values", "method.prompt_init_scale=0.1"])
     vit = build_vit(cfg)
     method = build_method(cfg, vit, [[0, 1], [2, 3]], torch.device("cpu"))
-    first = method.pool.prompts[0]
+    first = method.pool.prompts[0].detach()
     assert float(first[:, 1].abs().max()) == 0.0 and 0 < float(first[:, 0].abs().max()) <= 0.1
     with pytest.raises(ConfigError, match="method.prompt_init: 'xavier' is not one of"):
         load_config(SMOKE, ["method.prompt_init=xavier"])
