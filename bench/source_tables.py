@@ -1,6 +1,7 @@
 """The generated tables that read a result file other than the evidence rows: the reference cross-check
 (``bench/results/crosscheck_training.json``), the smoke run (``smoke.json``), the first CPU regime
-(``cifar100_cpu.json``) and the task-level ablation (``task_ablation.json``). Importing this module registers them in ``bench.table_blocks.BLOCKS``.
+(``cifar100_cpu.json``) and the task-level ablation (``task_ablation.json``). Importing this module registers
+them in ``bench.table_blocks.BLOCKS``.
 """
 from __future__ import annotations
 
