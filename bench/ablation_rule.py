@@ -78,8 +78,8 @@ def choose(rows: List[dict], regimes: Sequence[str] = GRID_REGIMES) -> Dict[str,
 def decision(rows: List[dict], regimes: Sequence[str] = GRID_REGIMES) -> Optional[bool]:
     """Whether the combination wins (delta interval above 0) in at least :data:`WINS_NEEDED` regimes; None while
     some regime has fewer than two fresh seeds of it."""
-    estimates = [describe(list(seed_deltas(rows, r, COMBINATION).values())) for r in regimes
-                 if len(seed_deltas(rows, r, COMBINATION)) >= 2]
+    per_regime = [list(seed_deltas(rows, r, COMBINATION).values()) for r in regimes]
+    estimates = [describe(deltas) for deltas in per_regime if len(deltas) >= 2]
     if len(estimates) < len(regimes):
         return None
     return sum(sign_of(e) > 0 for e in estimates) >= WINS_NEEDED
@@ -138,11 +138,11 @@ def combination_lines(rows: List[dict], regimes: Sequence[str] = GRID_REGIMES) -
     lines = [head, ""]
     lines += table_head("regime", ["delta (pp) [95%]", "wins"])
     for regime in regimes:
-        est = describe(list(seed_deltas(rows, regime, COMBINATION).values())) \
-            if seed_deltas(rows, regime, COMBINATION) else None
-        if est is None:
+        deltas = list(seed_deltas(rows, regime, COMBINATION).values())
+        if not deltas:
             lines.append(f"| {regime} | 0 | not run | – |")
         else:
+            est = describe(deltas)
             shown = f"{est.mean:+.1f}" + ("" if est.n < 2 else f" [{est.low:+.1f}, {est.high:+.1f}]")
             lines.append(f"| {regime} | {est.n} | {shown} | {'yes' if est.n >= 2 and sign_of(est) > 0 else 'no'} |")
     verdict = decision(rows, regimes)
