@@ -19,6 +19,7 @@ from typing import Callable, Dict, List
 from bench import real_data_cpu, reruns, source_tables  # noqa: F401  (source_tables registers its blocks)
 from bench.moe_arms import routing_lines, routing_pair_lines
 from bench.regimes import REPO
+from bench.row_merge import load_rows
 from bench.table_blocks import BLOCK_MISSING, MARKER, Results, block, render, stale_blocks
 from norga.summary_stats import sign_of, table_head
 
@@ -209,7 +210,7 @@ def main(argv=None) -> int:
                    help="results path without suffix (its .json rows are read)")
     p.add_argument("--check", action="store_true", help="only check; exit 1 naming the stale tables")
     args = p.parse_args(argv)
-    rows = real_data_cpu.load_rows(args.results)
+    rows = load_rows(args.results)
     if not rows:
         sys.exit(f"error: no rows in {args.results.with_suffix('.json')}; run bench/real_data_cpu.py first")
     stale_files = []

@@ -23,17 +23,17 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 import time
 from pathlib import Path
 from typing import Dict, List, Optional
 
 from bench import mixed_domains
-from bench.row_merge import MergeError, merge_rows
+from bench.row_merge import MergeError, load_rows, merge_rows, save_rows
 from bench.regime_data import regime_extra
 from bench.moe_arms import is_moe_arm, routing_fields, routing_lines, routing_pair_lines
 from bench.regimes import REGIMES, REPO, Regime
+from norga.files import atomic_write_bytes
 from norga.summary_stats import describe, difference_text, paired, table_head
 
 STAT_COLUMNS = ("FA", "CA", "FM", "TIL_FA")
@@ -193,10 +193,8 @@ def save_results(rows: List[dict], regime: Regime, stem: Path, header: str) -> N
     stats = statistics(rows, regime)
     text = "\n".join([header, "", *rows_table(rows), "", *statistics_lines(stats), "",
                       *diagnostics_lines(rows, regime), "", *routing_lines(rows), "", *routing_pair_lines(rows), ""])
-    for path, content in ((stem.with_suffix(".json"), json.dumps(rows, indent=1)), (stem.with_suffix(".md"), text)):
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(content)
-        os.replace(tmp, path)
+    save_rows(stem, rows)
+    atomic_write_bytes(stem.with_suffix(".md"), text.encode())
     arms = [_Arm(a, rows) for a in regime.all_arms() if any(r["run"] == a for r in rows)]
     if arms:
         from norga.plots import comparison_figure
@@ -209,11 +207,6 @@ def save_results(rows: List[dict], regime: Regime, stem: Path, header: str) -> N
                 [x for x in arms if x.name not in (a, b)]
             pair_arg = (pair[1]["FA"][0], {m: pair[1][m][1] for m in ("FA", "TIL_FA")})
         comparison_figure(stem.with_suffix(".png"), arms, ["FA", "TIL_FA"], pair_arg)
-
-
-def load_rows(stem: Path) -> list:
-    path = stem.with_suffix(".json")
-    return json.loads(path.read_text()) if path.is_file() else []
 
 
 def parse_args(argv=None):

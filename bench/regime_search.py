@@ -24,7 +24,6 @@ README shows this grid as the reason prompts cannot be shown to help.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -34,7 +33,9 @@ import numpy as np
 
 from bench import mixed_domains
 from bench.regime_data import WEIGHTS_FILE, check_weights
+from bench.row_merge import load_rows, save_rows
 from norga.config import load_config
+from norga.files import atomic_write_bytes
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -95,11 +96,8 @@ def save(rows: list, stem: Path) -> None:
         cells = [f"{100 * r[c]:.1f}" if c in ("probe", "prompted") else f"{100 * r[c]:+.1f}" if c == "gain"
                  else f"{r[c]:.3f}" if isinstance(r[c], float) else str(r[c]) for c in cols]
         lines.append("| " + " | ".join(cells) + " |")
-    for path, text in ((stem.with_suffix(".json"), json.dumps(rows, indent=1)),
-                       (stem.with_suffix(".md"), "\n".join(lines) + "\n")):
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(text)
-        os.replace(tmp, path)
+    save_rows(stem, rows)
+    atomic_write_bytes(stem.with_suffix(".md"), ("\n".join(lines) + "\n").encode())
 
 
 def main(argv=None) -> int:
@@ -116,7 +114,7 @@ def main(argv=None) -> int:
     stem = REPO / "bench" / "results" / f"regime_search{suffix}"
     stem.parent.mkdir(parents=True, exist_ok=True)
     grid = QUICK if args.quick else GRID
-    rows = json.loads(stem.with_suffix(".json").read_text()) if stem.with_suffix(".json").is_file() else []
+    rows = load_rows(stem)
     for domain in grid["domain"]:
         for transforms in grid["transforms"]:
             for epochs in grid["wtp_epochs"]:

@@ -13,12 +13,43 @@ A row is keyed by (run, seed) (:data:`RUN_SEED`; another benchmark passes its ow
 different values for, and a key the results file already holds with other values unless ``replace`` (a re-run
 that is meant to replace the row); an identical row is taken once. Rows of arms the regime does not know
 (``arm@label`` counts as ``arm``) are refused, so a lane of another regime cannot slip in.
+
+Every benchmark's rows live in ``<stem>.json`` (a JSON list, one dict per row): :func:`load_rows` reads it (no
+file: no rows), :func:`save_rows` replaces it atomically (a reader never sees half a file, even when a run is
+killed mid-write) and :func:`rows_with` finds the rows that match given fields.
 """
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Callable, Dict, List, NamedTuple, Sequence, Tuple
 
+from norga.files import atomic_write_bytes
+
 Key = tuple
+
+
+def rows_path(stem: Path) -> Path:
+    """The JSON file of a results stem (``runs/lanes/a`` and ``runs/lanes/a.json`` name the same file)."""
+    return Path(stem).with_suffix(".json")
+
+
+def load_rows(stem: Path) -> List[dict]:
+    """The rows of ``<stem>.json``; an empty list when the file does not exist yet."""
+    path = rows_path(stem)
+    return json.loads(path.read_text()) if path.is_file() else []
+
+
+def save_rows(stem: Path, rows: Sequence[dict]) -> None:
+    """Replace ``<stem>.json`` with ``rows`` atomically, creating its folder."""
+    path = rows_path(stem)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(path, (json.dumps(list(rows), indent=1) + "\n").encode())
+
+
+def rows_with(rows: Sequence[dict], **fields) -> List[dict]:
+    """The rows whose values equal ``fields`` (e.g. ``rows_with(rows, regime="evidence", seed=1)``)."""
+    return [r for r in rows if all(r.get(k) == v for k, v in fields.items())]
 
 
 class MergeError(ValueError):

@@ -62,7 +62,7 @@ from pathlib import Path
 from typing import Dict, List, Sequence
 
 from bench import schedule_cut_report as report
-from bench.row_merge import Keying, MergeError, merge_rows
+from bench.row_merge import Keying, MergeError, load_rows, merge_rows, rows_with
 from norga.config import ConfigError
 from norga.errors import NorgaError
 from norga.reproduce.manifest import QUICK_MANIFEST, Cell, load_manifest
@@ -167,12 +167,12 @@ def machine_paths(args) -> List[str]:
 
 def run_grid(args, cells: Dict[str, Cell]) -> List[dict]:
     """Every (method, schedule, seed) without a row of the current settings, in order; rows saved as they finish."""
-    rows = report.load_rows(args.results)
+    rows = load_rows(args.results)
     for seed in args.seeds:
         for method in args.only or sorted(cells):
             for schedule in SCHEDULES:
                 items = settings(cells[method], schedule, args.quick)
-                if report.find_row(rows, method, schedule, seed, items) is not None:
+                if rows_with(rows, method=method, schedule=schedule, seed=seed, settings=list(items)):
                     continue
                 row = run_one(cells[method], schedule, seed, args)
                 rows = [r for r in rows if (r["method"], r["schedule"], r["seed"]) != (method, schedule, seed)] + [row]
@@ -188,8 +188,8 @@ def merge(args, cells: Dict[str, Cell]) -> None:
     """--merge: the lanes' rows (each lane ran other methods or seeds with its own --results) into --results; a
     run two files hold with different values (e.g. other settings) is one clear error, unless --replace."""
     try:
-        rows, added, replaced = merge_rows(report.load_rows(args.results),
-                                           [(str(s), report.load_rows(s)) for s in args.merge], sorted(cells),
+        rows, added, replaced = merge_rows(load_rows(args.results),
+                                           [(str(s), load_rows(s)) for s in args.merge], sorted(cells),
                                            args.replace, RUN)
     except MergeError as err:
         raise ScheduleCutError(str(err))
@@ -245,7 +245,7 @@ def main(argv=None) -> int:
         if unknown:
             raise ScheduleCutError(f"--only: unknown method(s) {unknown}; the manifest's: {sorted(cells)}")
         if args.write_expected:
-            ranges = report.write_expected(report.load_rows(args.results), context(args, cells))
+            ranges = report.write_expected(load_rows(args.results), context(args, cells))
             print(f"wrote expected ranges into {args.manifest}: {ranges}\nnow update by hand what quotes the old "
                   "ranges: the manifest's header comment and the table in docs/reproduce.md (The 30-minute GPU check)")
             return 0
@@ -257,7 +257,7 @@ def main(argv=None) -> int:
             torch.set_num_threads(args.threads)
             args.paths = machine_paths(args)
             run_grid(args, cells)
-        rows = report.load_rows(args.results)
+        rows = load_rows(args.results)
         if not rows:
             raise ScheduleCutError(f"no rows in {args.results.with_suffix('.json')}; run the benchmark first")
         report.save(rows, args.results, context(args, cells))

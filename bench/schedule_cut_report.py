@@ -7,12 +7,12 @@ optionally ``paper`` (the published manifest, default ``configs/reproduce/paper.
 """
 from __future__ import annotations
 
-import json
 import math
 import re
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from bench.row_merge import save_rows
 from norga.files import atomic_write_bytes
 from norga.reproduce.manifest import DEFAULT_MANIFEST, METRICS, Cell, load_manifest
 from norga.summary_stats import BOUNDS, Estimate, describe, difference_text, paired, table_head
@@ -28,17 +28,6 @@ class ReportError(Exception):
 
 
 # ---- rows ----------------------------------------------------------------------------------------------
-def load_rows(stem: Path) -> List[dict]:
-    path = Path(stem).with_suffix(".json")
-    return json.loads(path.read_text()) if path.is_file() else []
-
-
-def find_row(rows: Sequence[dict], method: str, schedule: str, seed: int, items: Sequence[str]) -> Optional[dict]:
-    """The row of (method, schedule, seed) trained with exactly ``items`` as settings, if any."""
-    return next((r for r in rows if (r["method"], r["schedule"], r["seed"]) == (method, schedule, seed)
-                 and r.get("settings") == list(items)), None)
-
-
 def current_rows(rows: Sequence[dict], ctx: dict) -> List[dict]:
     """The rows whose settings are the current ones (a changed manifest or analogue leaves the others out)."""
     return [r for r in rows if ctx["current"].get((r["method"], r["schedule"])) == r.get("settings")]
@@ -221,7 +210,5 @@ def range_lines(rows: Sequence[dict], ctx: dict) -> List[str]:
 
 def save(rows: Sequence[dict], stem: Path, ctx: dict) -> None:
     """Write ``<stem>.json`` (every row) and ``<stem>.md`` (the report) atomically."""
-    stem = Path(stem)
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(stem.with_suffix(".json"), (json.dumps(list(rows), indent=1) + "\n").encode())
-    atomic_write_bytes(stem.with_suffix(".md"), markdown(rows, ctx).encode())
+    save_rows(stem, rows)
+    atomic_write_bytes(Path(stem).with_suffix(".md"), markdown(rows, ctx).encode())

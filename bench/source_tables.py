@@ -5,10 +5,13 @@ them in ``bench.table_blocks.BLOCKS``.
 """
 from __future__ import annotations
 
-from typing import List
+from functools import lru_cache
+from pathlib import Path
+from typing import List, Optional, Tuple
 
-from bench import ablation_rule, real_data_cpu, smoke_figures, task_ablation
+from bench import ablation_rule, smoke_figures, task_ablation
 from bench.crosscheck import training as crosscheck_training
+from bench.row_merge import load_rows, rows_path
 from bench.table_blocks import BLOCK_MISSING, Results, block
 
 CROSSCHECK_MISSING = "run `python -m bench.crosscheck.training --collect DIR` (docs/crosscheck.md, \"Repeat it\")"
@@ -56,11 +59,18 @@ def smoke_figures_block(results: Results) -> List[str]:
 @block("cifar100-dinov2-cpu", [])
 def cifar100_dinov2_cpu(results: Results) -> List[str]:
     """docs/results.md: no committed result of that config; the nearest regime's rows (cifar100_cpu.json)."""
-    return smoke_figures.dinov2_cpu_lines(real_data_cpu.load_rows(smoke_figures.FIRST_REGIME.with_suffix("")))
+    return smoke_figures.dinov2_cpu_lines(load_rows(smoke_figures.FIRST_REGIME.with_suffix("")))
+
+
+@lru_cache(maxsize=2)
+def _rows_as_of(path: Path, modified_ns: Optional[int]) -> Tuple[dict, ...]:
+    return tuple(load_rows(path))
 
 
 def _ablation_rows() -> List[dict]:
-    return task_ablation.load_rows(task_ablation.RESULTS.with_suffix(".json"))
+    """The ablation's committed rows, read once per version of the file (both ablation blocks use them)."""
+    path = rows_path(task_ablation.RESULTS)
+    return list(_rows_as_of(path, path.stat().st_mtime_ns if path.is_file() else None))
 
 
 @block("ablation-verdict", [])

@@ -43,7 +43,6 @@ seeing results; an added level or regime is marked as added later)
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 from typing import List, Sequence
@@ -52,7 +51,7 @@ from bench.ablation_figure import write_curves
 from bench.ablation_grid import COMBINATION, LEVELS, combination_levels, combined_overrides
 from bench.ablation_rule import FRESH_SEEDS, GRID_SEEDS, TASKS, RuleError, choose, write_report
 from bench.regimes import REGIMES, REPO, Regime
-from bench.row_merge import Keying, MergeError, merge_rows
+from bench.row_merge import Keying, MergeError, load_rows, merge_rows, rows_with, save_rows
 from norga.config import Config
 
 RESULTS = REPO / "bench" / "results" / "task_ablation"
@@ -111,17 +110,6 @@ def _curve(history: Sequence[dict], term: str) -> List[float]:
 
 
 # ---- rows ---------------------------------------------------------------------------------------------
-def load_rows(path: Path) -> List[dict]:
-    return json.loads(path.read_text()) if path.is_file() else []
-
-
-def save_rows(path: Path, rows: List[dict]) -> None:
-    from norga.files import atomic_write_bytes
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(path, (json.dumps(rows, indent=1) + "\n").encode())
-
-
 # ---- command line ---------------------------------------------------------------------------------------
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -159,7 +147,7 @@ def merge(rows: List[dict], lanes: Sequence[Path], replace: bool) -> List[dict]:
     """--merge: the lanes' rows added to ``rows``; a cell held with other values is one clear error (or, with
     ``replace``, the lane's row replaces it)."""
     try:
-        merged, added, replaced = merge_rows(rows, [(str(s), load_rows(s.with_suffix(".json"))) for s in lanes],
+        merged, added, replaced = merge_rows(rows, [(str(s), load_rows(s)) for s in lanes],
                                              [*LEVELS, COMBINATION], replace, CELL)
     except MergeError as err:
         raise SystemExit(f"error: {err}")
@@ -170,15 +158,14 @@ def merge(rows: List[dict], lanes: Sequence[Path], replace: bool) -> List[dict]:
 def rule_combination(grid: Path) -> List[str]:
     """The levels the decision rule combines, from the grid's rows (exits naming the missing cells)."""
     try:
-        return combination_levels(choose(load_rows(grid.with_suffix(".json"))))
+        return combination_levels(choose(load_rows(grid)))
     except RuleError as err:
         raise SystemExit(f"error: {err} (in {grid.with_suffix('.json')}; merge the lanes' rows first)")
 
 
 def _done(rows: List[dict], tag: dict) -> bool:
     """Whether the cell ``tag`` has rows; a combination cell held with other combined levels is an error."""
-    key = ("regime", "level", "seed")
-    held = [r for r in rows if all(r.get(k) == tag[k] for k in key)]
+    held = rows_with(rows, regime=tag["regime"], level=tag["level"], seed=tag["seed"])
     if held and held[0].get("combined") != tag.get("combined"):
         raise SystemExit(f"error: {tag['regime']} {tag['level']} seed {tag['seed']} already ran combining "
                          f"{held[0].get('combined')}, not {tag.get('combined')}; the grid's rows changed since")
@@ -198,10 +185,10 @@ def main(argv=None) -> int:
 
         args.fashion_dir = FASHION_DIR
     rows_path, report_path = args.results.with_suffix(".json"), args.results.with_suffix(".md")
-    rows = load_rows(rows_path)
+    rows = load_rows(args.results)
     if args.merge:
         rows = merge(rows, args.merge, args.replace)
-        save_rows(rows_path, rows)
+        save_rows(args.results, rows)
     elif not args.report:
         combined = rule_combination(args.grid) if args.combination else None
         regime = REGIMES[args.regime]
@@ -215,7 +202,7 @@ def main(argv=None) -> int:
                     continue
                 cell = run_cell(cell_config(regime, level, seed, extra, args.quick, combined or ()))
                 rows += [{**tag, **row} for row in cell]
-                save_rows(rows_path, rows)
+                save_rows(args.results, rows)
                 print(f"{tag}: delta " + ", ".join(f"task {r['task']} {100 * r['delta']:+.1f} pp" for r in cell),
                       flush=True)
     write_report(rows, report_path, _shown(rows_path))

@@ -119,7 +119,7 @@ def test_benchmark_tables_match_the_committed_rows():
 
     sys.path.insert(0, str(REPO))
     from bench import readme_tables
-    from bench.real_data_cpu import load_rows
+    from bench.row_merge import load_rows
     from bench.table_blocks import BLOCKS
 
     rows = load_rows(REPO / "bench" / "results" / "evidence_cpu")
@@ -139,8 +139,9 @@ def test_the_stated_gap_of_the_baselines_to_no_prompt_is_the_committed_one():
 
     sys.path.insert(0, str(REPO))
     from bench import real_data_cpu
+    from bench.row_merge import load_rows
 
-    rows = real_data_cpu.load_rows(REPO / "bench" / "results" / "evidence_cpu")
+    rows = load_rows(REPO / "bench" / "results" / "evidence_cpu")
     pairs = real_data_cpu.statistics(rows, real_data_cpu.REGIMES["evidence"])["pairs"]
     gaps = [-pairs[f"{arm} − no_prompt"]["FA"][1].mean for arm in ("sprompt", "l2p", "dualprompt", "coda")]
     stated = f"baselines end {round(min(gaps))}–{round(max(gaps))} FA points below `no_prompt`"
@@ -166,9 +167,10 @@ def test_a_method_page_states_what_its_paired_rows_show(arm, reference):
 
     sys.path.insert(0, str(REPO))
     from bench import real_data_cpu
+    from bench.row_merge import load_rows
     from norga.summary_stats import sign_of
 
-    rows = real_data_cpu.load_rows(REPO / "bench" / "results" / "evidence_cpu")
+    rows = load_rows(REPO / "bench" / "results" / "evidence_cpu")
     pair = real_data_cpu.statistics(rows, real_data_cpu.REGIMES["evidence"])["pairs"][f"{arm} − {reference}"]
     signs = {m: sign_of(pair[m][1]) for m in STATED_SIGNS[arm, reference]}
     assert signs == STATED_SIGNS[arm, reference], f"{arm} − {reference}: {signs}; update docs/methods/{arm}.md"

@@ -11,6 +11,7 @@ from conftest import REPO_ROOT
 sys.path.insert(0, str(REPO_ROOT))
 
 from bench import readme_tables, reruns  # noqa: E402
+from bench.row_merge import load_rows  # noqa: E402
 from bench.table_blocks import Results, render_block  # noqa: E402
 
 T1 = 12.706205  # t_{0.975} with 1 degree of freedom
@@ -70,7 +71,7 @@ def test_mixed_labels_raise_one_clear_error(rows, message):
 
 
 def test_the_readme_block_renders_the_committed_rows():
-    rows = readme_tables.real_data_cpu.load_rows(REPO_ROOT / "bench" / "results" / "evidence_cpu")
+    rows = load_rows(REPO_ROOT / "bench" / "results" / "evidence_cpu")
     block = render_block("evidence-reruns", Results(rows))
     for arm, *_ in reruns.reruns(rows, 5):
         assert f"\n| {arm} | " in "\n" + block

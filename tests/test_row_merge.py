@@ -64,3 +64,26 @@ def test_the_cli_merges_lanes_writes_the_report_and_names_errors(tmp_path, capsy
     with pytest.raises(SystemExit):
         real_data_cpu.main(["--replace", "--results", str(results)])
     assert "--replace goes with --merge" in capsys.readouterr().err
+
+
+def test_a_rows_file_round_trips_and_a_missing_one_holds_no_rows(tmp_path):
+    from bench.row_merge import load_rows, rows_path, save_rows
+
+    stem = tmp_path / "lanes" / "a"
+    assert load_rows(stem) == [] and not rows_path(stem).parent.exists()
+    rows = [_row("l2p", 1), _row("no_prompt", 2, 0.25)]
+    save_rows(stem, rows)  # creates lanes/
+    assert rows_path(stem) == tmp_path / "lanes" / "a.json"
+    assert json.loads((tmp_path / "lanes" / "a.json").read_text()) == rows
+    assert load_rows(tmp_path / "lanes" / "a.json") == rows == load_rows(stem)  # the stem or the file
+    assert [p.name for p in (tmp_path / "lanes").iterdir()] == ["a.json"]  # no temporary file left behind
+
+
+def test_rows_with_keeps_the_rows_whose_fields_all_match():
+    from bench.row_merge import rows_with
+
+    rows = [_row("l2p", 1), _row("l2p", 2), _row("no_prompt", 1)]
+    assert rows_with(rows, run="l2p") == rows[:2]
+    assert rows_with(rows, run="l2p", seed=2) == [rows[1]]
+    assert rows_with(rows, run="l2p", seed=3) == []
+    assert rows_with(rows, missing_field=None) == rows  # an absent field reads as None

@@ -19,6 +19,7 @@ from conftest import REPO_ROOT, SMOKE
 sys.path.insert(0, str(REPO_ROOT))
 
 from bench import readme_tables, smoke_figures  # noqa: E402
+from bench.row_merge import load_rows  # noqa: E402
 
 
 def _committed() -> dict:
@@ -37,7 +38,7 @@ def test_the_committed_record_has_every_quoted_field():
 
 def test_a_changed_measurement_makes_the_readme_block_stale(tmp_path, monkeypatch):
     readme = (REPO_ROOT / "README.md").read_text()
-    rows = readme_tables.real_data_cpu.load_rows(REPO_ROOT / "bench" / "results" / "evidence_cpu")
+    rows = load_rows(REPO_ROOT / "bench" / "results" / "evidence_cpu")
     assert readme_tables.stale_blocks(readme, rows) == []  # as committed
     changed = dict(_committed(), FA=0.97, training_seconds=99.0)
     (tmp_path / "smoke.json").write_text(json.dumps(changed))
