@@ -203,6 +203,11 @@ def range_lines(rows: Sequence[dict], ctx: dict) -> List[str]:
         lines += ["", "QUICK rows check the mechanism only: these ranges are not for the GPU cell."]
     elif missing:
         lines += ["", f"Not yet written (needs {MIN_SEEDS} paired seeds per method); missing: {', '.join(missing)}."]
+    elif all(tuple(cell.expected.get(m, ())) == tuple(ranges[method][m]) for method, cell in ctx["cells"].items()
+             for m in METRICS):
+        manifest = Path(ctx["manifest"])
+        shown = manifest.relative_to(REPO) if manifest.is_relative_to(REPO) else manifest
+        lines += ["", f"The manifest ({shown}) holds the derived ranges."]
     else:
         lines += ["", "Ready: `python -m bench.schedule_cut --write-expected` writes the derived ranges."]
     return lines

@@ -13,6 +13,7 @@ import yaml
 
 from bench import schedule_cut as sc
 from bench import schedule_cut_report as rep
+from bench.row_merge import load_rows
 from conftest import REPO_ROOT
 from norga.config import load_config
 from norga.reproduce.manifest import load_manifest
@@ -111,7 +112,11 @@ def test_write_expected_refuses_below_three_seeds_and_writes_the_hand_computed_r
     stale = [dict(r, settings=["other"]) for r in rows_of(FIXED, ctx, [42, 40, 44])]
     with pytest.raises(rep.ReportError, match="missing rows"):
         rep.write_expected(stale, ctx)  # rows of other settings do not count
-    ranges = rep.write_expected(rows_of(FIXED, ctx, [42, 40, 44]), ctx)
+    rows = rows_of(FIXED, ctx, [42, 40, 44])
+    assert "Ready: `python -m bench.schedule_cut --write-expected`" in rep.markdown(rows, ctx)
+    ranges = rep.write_expected(rows, ctx)
+    after = sc.make_context(sc.quick_cells(path), path, False, [42, 40, 44])  # the manifest as written
+    assert f"The manifest ({path}) holds the derived ranges." in rep.markdown(rows, after)
     assert ranges["hideprompt"] == {"FA": (87.5, 93.7), "CA": (92.0, 92.1), "FM": (1.9, 3.1)}
     written = {c.method: c.expected for c in load_manifest(path).cells}
     assert written == ranges
@@ -193,3 +198,20 @@ def test_the_reproduce_page_states_the_manifests_expected_ranges():
         assert shown[:6] == [x for m in ("FA", "CA", "FM") for x in cell.expected[m]], cell.id
         published = rep.published_values(cell, REPO_ROOT / "configs" / "reproduce" / "paper.yaml")["FA"]
         assert shown[6:] == pytest.approx(list(published)), cell.id
+
+
+def test_the_reproduce_page_quotes_the_committed_cut_minus_full_differences():
+    """The paragraph "What the analogue measured" gives, per metric, HiDe-Prompt's then NoRGa's paired difference
+    cut − full as mean [95% interval] to 0.1 point: recomputed here from bench/results/schedule_cut.json."""
+    page = " ".join((REPO_ROOT / "docs" / "reproduce.md").read_text().split())
+    quoted = page.split("What the analogue measured", 1)[1].split("How to read", 1)[0]
+    rows = load_rows(REPO_ROOT / "bench" / "results" / "schedule_cut")
+
+    def text(value):
+        return f"{value:+.1f}".replace("-", "−")
+
+    for method in ("hideprompt", "norga"):
+        for metric, (seeds, est) in rep.differences(rows, method).items():
+            assert sorted(seeds) == [40, 42, 44], (method, metric)
+            stated = f"{text(est.mean)} [{text(est.low)}, {text(est.high)}]"
+            assert stated in quoted, (method, metric, stated)
