@@ -10,7 +10,7 @@ from bench import ablation_grid as grid
 from bench import ablation_rule as rule
 from bench import task_ablation as ta
 from bench.regimes import REGIMES
-from conftest import SMOKE
+from conftest import REPO_ROOT, SMOKE
 from norga.config import load_config
 
 EXTRA = ["data.root=data.npz", "model.checkpoint=w.pt"]  # never read: configs are only loaded here
@@ -93,3 +93,16 @@ def test_lanes_merge_by_cell_and_conflicts_are_refused(tmp_path, capsys):
         ta.main(["--merge", str(a), "--results", str(results)])
     with pytest.raises(SystemExit):
         ta.main(["--replace", "--results", str(results)])
+
+
+def test_the_results_page_quotes_the_committed_weak_backbone_report():
+    """docs/results.md's checksum and accuracies of the third regime's backbone are bench/results/weak_backbone.json's
+    (the report bench.weak_backbone wrote; the weights themselves stay out of the repository)."""
+    import json
+
+    report = json.loads((REPO_ROOT / "bench" / "results" / "weak_backbone.json").read_text())
+    page = " ".join((REPO_ROOT / "docs" / "results.md").read_text().split())
+    assert f"`{report['backbone_sha256']}`" in page
+    assert f"test accuracy {100 * report['test_acc_classes_50_99']:.1f}% on its own classes 50–99" in page
+    assert f"linear probe {100 * report['linear_probe_acc_classes_0_49']:.1f}% on classes 0–49" in page
+    assert f"{report['epochs']} epochs" in page
