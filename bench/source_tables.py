@@ -81,6 +81,8 @@ def ablation_verdict(results: Results) -> List[str]:
 
 @block("ablation-levels", [])
 def ablation_levels(results: Results) -> List[str]:
-    """docs/results.md: level − base per regime and level, then the combination on fresh seeds."""
+    """docs/results.md: the grid's progress per regime, level − base per regime and level, then the combination
+    on fresh seeds."""
     rows = _ablation_rows()
-    return [*ablation_rule.factor_lines(rows), "", *ablation_rule.combination_lines(rows)] if rows else []
+    return [*ablation_rule.progress_lines(rows), "", *ablation_rule.factor_lines(rows), "",
+            *ablation_rule.combination_lines(rows)] if rows else []

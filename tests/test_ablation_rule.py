@@ -173,3 +173,23 @@ def test_a_row_keeps_wtps_curves_and_the_figure_averages_them(tmp_path):
     assert fig.write_curves([{**r, "ce_curve": []} for r in rows], tmp_path / "none.png") is None
     with pytest.raises(ValueError, match="ce_curve of different lengths"):
         fig.mean_curve([*rows, {**rows[0], "ce_curve": [1.0]}], "r", "base", "ce_curve")
+
+
+def test_progress_counts_cells_per_regime_and_extrapolates_the_measured_minutes():
+    rows = [dict(r, minutes=1.5) for r in _cell("weak_cifar", "base", 1, 0.0) + _cell("weak_cifar", "reg_off", 2, 0.0)]
+    rows += [dict(r, minutes=4.0) for r in _cell("evidence", "base", 1, 0.0)]
+    rows += [dict(r, minutes=9.0) for r in _cell("evidence", "base", 2, 0.0)[:1]]  # half a cell: not counted as run
+    per_regime = len(grid.LEVELS) * len(rule.GRID_SEEDS)  # 17 levels x 5 seeds = 85
+    lines = rule.progress_lines(rows)
+    # weak_cifar: 2 cells of 2 x 1.5 min -> 3.0 min per cell; 83 missing -> 83 * 3 / 60 = 4.15 h
+    assert f"| weak_cifar | 2 of {per_regime} | 3.0 | 4.2 |" in lines
+    # evidence: one whole cell (2 x 4 = 8 min; the half cell does not count): 84 missing * 8 / 60 = 11.2 h
+    assert f"| evidence | 1 of {per_regime} | 8.0 | 11.2 |" in lines
+    assert f"| cifar100_first | 0 of {per_regime} | – | – |" in lines
+
+
+def test_the_level_table_says_so_while_no_level_can_be_paired_with_the_base():
+    rows = _cell("weak_cifar", "base", 1, 0.0) + _cell("weak_cifar", "reg_off", 1, 0.0)  # one seed: no interval
+    assert rule.factor_lines(rows) == ["No level has two seeds paired with the base in any regime yet."]
+    rows += _cell("weak_cifar", "base", 2, 0.0) + _cell("weak_cifar", "reg_off", 2, 1.0)
+    assert any(line.startswith("| regulariser | reg_off |") for line in rule.factor_lines(rows))
