@@ -109,7 +109,6 @@ def _curve(history: Sequence[dict], term: str) -> List[float]:
     return [float(f"{h[term]:.5g}") for h in history if term in h]
 
 
-# ---- rows ---------------------------------------------------------------------------------------------
 # ---- command line ---------------------------------------------------------------------------------------
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
