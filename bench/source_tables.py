@@ -59,7 +59,7 @@ def smoke_figures_block(results: Results) -> List[str]:
 @block("cifar100-dinov2-cpu", [])
 def cifar100_dinov2_cpu(results: Results) -> List[str]:
     """docs/results.md: no committed result of that config; the nearest regime's rows (cifar100_cpu.json)."""
-    return smoke_figures.dinov2_cpu_lines(load_rows(smoke_figures.FIRST_REGIME.with_suffix("")))
+    return smoke_figures.dinov2_cpu_lines(load_rows(smoke_figures.FIRST_REGIME))
 
 
 @lru_cache(maxsize=2)
