@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from bench import mixed_domains
-from bench.row_merge import MergeError, load_rows, merge_rows, save_rows
+from bench.row_merge import MergeError, load_rows, merge_rows, result_file, save_rows
 from bench.regime_data import regime_extra
 from bench.moe_arms import is_moe_arm, routing_fields, routing_lines, routing_pair_lines
 from bench.regimes import REGIMES, REPO, Regime
@@ -194,7 +194,7 @@ def save_results(rows: List[dict], regime: Regime, stem: Path, header: str) -> N
     text = "\n".join([header, "", *rows_table(rows), "", *statistics_lines(stats), "",
                       *diagnostics_lines(rows, regime), "", *routing_lines(rows), "", *routing_pair_lines(rows), ""])
     save_rows(stem, rows)
-    atomic_write_bytes(stem.with_suffix(".md"), text.encode())
+    atomic_write_bytes(result_file(stem, ".md"), text.encode())
     arms = [_Arm(a, rows) for a in regime.all_arms() if any(r["run"] == a for r in rows)]
     if arms:
         from norga.plots import comparison_figure
@@ -206,7 +206,7 @@ def save_results(rows: List[dict], regime: Regime, stem: Path, header: str) -> N
             arms = [x for x in arms if x.name == a] + [x for x in arms if x.name == b] + \
                 [x for x in arms if x.name not in (a, b)]
             pair_arg = (pair[1]["FA"][0], {m: pair[1][m][1] for m in ("FA", "TIL_FA")})
-        comparison_figure(stem.with_suffix(".png"), arms, ["FA", "TIL_FA"], pair_arg)
+        comparison_figure(result_file(stem, ".png"), arms, ["FA", "TIL_FA"], pair_arg)
 
 
 def parse_args(argv=None):
@@ -257,7 +257,7 @@ def merge(rows: List[dict], regime: Regime, args, header: str) -> int:
     except MergeError as err:
         sys.exit(f"error: {err}")
     save_results(merged, regime, args.results, header)
-    print(f"{args.results.with_suffix('.json')}: {len(added)} rows added, {len(replaced)} replaced, "
+    print(f"{result_file(args.results, '.json')}: {len(added)} rows added, {len(replaced)} replaced, "
           f"{len(merged)} in all")
     return 0
 
@@ -268,9 +268,9 @@ def main(argv=None) -> int:
     rows = load_rows(args.results)
     if args.report:
         if not rows:
-            sys.exit(f"error: no rows in {args.results.with_suffix('.json')}; run the benchmark first")
+            sys.exit(f"error: no rows in {result_file(args.results, '.json')}; run the benchmark first")
         save_results(rows, regime, args.results, header)
-        print(args.results.with_suffix(".md").read_text())
+        print(result_file(args.results, ".md").read_text())
         return 0
     if args.merge:
         return merge(rows, regime, args, header)

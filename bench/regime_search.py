@@ -33,7 +33,7 @@ import numpy as np
 
 from bench import mixed_domains
 from bench.regime_data import WEIGHTS_FILE, check_weights
-from bench.row_merge import load_rows, save_rows
+from bench.row_merge import load_rows, result_file, save_rows
 from norga.config import load_config
 from norga.files import atomic_write_bytes
 
@@ -97,7 +97,7 @@ def save(rows: list, stem: Path) -> None:
                  else f"{r[c]:.3f}" if isinstance(r[c], float) else str(r[c]) for c in cols]
         lines.append("| " + " | ".join(cells) + " |")
     save_rows(stem, rows)
-    atomic_write_bytes(stem.with_suffix(".md"), ("\n".join(lines) + "\n").encode())
+    atomic_write_bytes(result_file(stem, ".md"), ("\n".join(lines) + "\n").encode())
 
 
 def main(argv=None) -> int:

@@ -29,9 +29,24 @@ from norga.files import atomic_write_bytes
 Key = tuple
 
 
+RESULT_SUFFIXES = (".json", ".md", ".png")
+
+
+def result_file(stem: Path, suffix: str) -> Path:
+    """The file of a results stem with ``suffix`` (one of :data:`RESULT_SUFFIXES`): ``runs/lanes/a``,
+    ``runs/lanes/a.json`` and ``runs/lanes/a.md`` name the same stem; any other dot stays part of the name, so the
+    stem ``runs/lanes/lr_x0.1`` gives ``runs/lanes/lr_x0.1.json`` (``Path.with_suffix`` would give ``lr_x0.json``)."""
+    if suffix not in RESULT_SUFFIXES:
+        raise ValueError(f"unknown results suffix {suffix!r}; use one of {', '.join(RESULT_SUFFIXES)}")
+    path = Path(stem)
+    if path.suffix in RESULT_SUFFIXES:
+        path = path.with_suffix("")
+    return path.with_name(path.name + suffix)
+
+
 def rows_path(stem: Path) -> Path:
     """The JSON file of a results stem (``runs/lanes/a`` and ``runs/lanes/a.json`` name the same file)."""
-    return Path(stem).with_suffix(".json")
+    return result_file(stem, ".json")
 
 
 def load_rows(stem: Path) -> List[dict]:

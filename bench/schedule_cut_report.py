@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from bench.row_merge import save_rows
+from bench.row_merge import result_file, save_rows
 from norga.files import atomic_write_bytes
 from norga.reproduce.manifest import DEFAULT_MANIFEST, METRICS, Cell, load_manifest
 from norga.summary_stats import BOUNDS, Estimate, describe, difference_text, paired, table_head
@@ -216,4 +216,4 @@ def range_lines(rows: Sequence[dict], ctx: dict) -> List[str]:
 def save(rows: Sequence[dict], stem: Path, ctx: dict) -> None:
     """Write ``<stem>.json`` (every row) and ``<stem>.md`` (the report) atomically."""
     save_rows(stem, rows)
-    atomic_write_bytes(Path(stem).with_suffix(".md"), markdown(rows, ctx).encode())
+    atomic_write_bytes(result_file(stem, ".md"), markdown(rows, ctx).encode())

@@ -79,6 +79,21 @@ def test_a_rows_file_round_trips_and_a_missing_one_holds_no_rows(tmp_path):
     assert [p.name for p in (tmp_path / "lanes").iterdir()] == ["a.json"]  # no temporary file left behind
 
 
+def test_a_results_stem_keeps_a_dot_in_its_name_and_drops_only_a_results_suffix(tmp_path):
+    from bench.row_merge import load_rows, result_file, save_rows
+
+    stem = tmp_path / "lanes" / "lr_x0.1"  # a level's name as a lane's stem
+    assert result_file(stem, ".json") == tmp_path / "lanes" / "lr_x0.1.json"
+    assert result_file(stem, ".md") == tmp_path / "lanes" / "lr_x0.1.md"
+    for named in ("lr_x0.1.json", "lr_x0.1.md", "lr_x0.1.png"):  # a results file names its stem
+        assert result_file(tmp_path / "lanes" / named, ".png") == tmp_path / "lanes" / "lr_x0.1.png"
+    save_rows(stem, [_row("l2p", 1)])
+    assert [p.name for p in (tmp_path / "lanes").iterdir()] == ["lr_x0.1.json"]
+    assert load_rows(stem) == [_row("l2p", 1)]
+    with pytest.raises(ValueError, match="unknown results suffix '.csv'"):
+        result_file(stem, ".csv")
+
+
 def test_rows_with_keeps_the_rows_whose_fields_all_match():
     from bench.row_merge import rows_with
 
