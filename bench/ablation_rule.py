@@ -16,7 +16,7 @@ TIL(psi on prompted features right after WTP) - TIL(linear probe on frozen featu
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from bench.ablation_grid import BASE, COMBINATION, FACTORS, LEVELS, combination_levels
 from norga.summary_stats import Estimate, describe, difference_text, paired, sign_of, table_head
@@ -32,13 +32,19 @@ class RuleError(ValueError):
     """The rule cannot be applied yet (cells missing)."""
 
 
+def cell_rows(rows: List[dict], regime: str) -> Dict[Tuple[str, int], List[dict]]:
+    """(level, seed) -> the rows of that cell of ``regime`` (one per task that has run)."""
+    cells: Dict[Tuple[str, int], List[dict]] = {}
+    for r in rows:
+        if r["regime"] == regime:
+            cells.setdefault((r["level"], r["seed"]), []).append(r)
+    return cells
+
+
 def seed_deltas(rows: List[dict], regime: str, level: str) -> Dict[int, float]:
     """Seed -> mean delta over the tasks of (regime, level) in percentage points (seeds with every task only)."""
-    by_seed: Dict[int, List[float]] = {}
-    for r in rows:
-        if r["regime"] == regime and r["level"] == level:
-            by_seed.setdefault(r["seed"], []).append(100.0 * r["delta"])
-    return {s: sum(v) / len(v) for s, v in by_seed.items() if len(v) == len(TASKS)}
+    return {seed: 100.0 * sum(r["delta"] for r in cell) / len(cell)
+            for (lvl, seed), cell in cell_rows(rows, regime).items() if lvl == level and len(cell) == len(TASKS)}
 
 
 def minus_base(rows: List[dict], regime: str, level: str) -> Optional[Estimate]:
@@ -118,11 +124,8 @@ def progress_lines(rows: List[dict], regimes: Sequence[str] = GRID_REGIMES) -> L
     lines = ["| regime | cells run | minutes per cell | hours left (one thread) |", "|---|---|---|---|"]
     for regime in regimes:
         done = per_regime - len(missing_cells(rows, (regime,)))
-        minutes: Dict[tuple, List[float]] = {}
-        for r in rows:
-            if r["regime"] == regime and r["level"] in LEVELS and "minutes" in r:
-                minutes.setdefault((r["level"], r["seed"]), []).append(r["minutes"])
-        whole = [sum(m) for m in minutes.values() if len(m) == len(TASKS)]
+        whole = [sum(r["minutes"] for r in cell) for (level, _), cell in cell_rows(rows, regime).items()
+                 if level in LEVELS and len(cell) == len(TASKS) and all("minutes" in r for r in cell)]
         rate = sum(whole) / len(whole) if whole else None
         left = "–" if rate is None else f"{(per_regime - done) * rate / 60:.1f}"
         lines.append(f"| {regime} | {done} of {per_regime} | {'–' if rate is None else f'{rate:.1f}'} | {left} |")

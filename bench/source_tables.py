@@ -5,13 +5,12 @@ them in ``bench.table_blocks.BLOCKS``.
 """
 from __future__ import annotations
 
-from functools import lru_cache
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import List
 
 from bench import ablation_rule, smoke_figures, task_ablation
 from bench.crosscheck import training as crosscheck_training
-from bench.row_merge import load_rows, rows_path
+from bench.row_merge import load_rows
 from bench.table_blocks import BLOCK_MISSING, Results, block
 
 CROSSCHECK_MISSING = "run `python -m bench.crosscheck.training --collect DIR` (docs/crosscheck.md, \"Repeat it\")"
@@ -62,15 +61,9 @@ def cifar100_dinov2_cpu(results: Results) -> List[str]:
     return smoke_figures.dinov2_cpu_lines(load_rows(smoke_figures.FIRST_REGIME))
 
 
-@lru_cache(maxsize=2)
-def _rows_as_of(path: Path, modified_ns: Optional[int]) -> Tuple[dict, ...]:
-    return tuple(load_rows(path))
-
-
 def _ablation_rows() -> List[dict]:
-    """The ablation's committed rows, read once per version of the file (both ablation blocks use them)."""
-    path = rows_path(task_ablation.RESULTS)
-    return list(_rows_as_of(path, path.stat().st_mtime_ns if path.is_file() else None))
+    """The ablation's committed rows (both ablation blocks use them)."""
+    return load_rows(task_ablation.RESULTS)
 
 
 @block("ablation-verdict", [])
