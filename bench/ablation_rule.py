@@ -142,9 +142,16 @@ def factor_lines(rows: List[dict], regimes: Sequence[str] = GRID_REGIMES) -> Lis
             if all(d is None for d in diffs):
                 continue
             signs = [0 if d is None else sign_of(d) for d in diffs]
-            cells = " | ".join("–" if d is None else difference_text(d) for d in diffs)
+            cells = " | ".join("–" if d is None else _paired_text(d) for d in diffs)
             lines.append(f"| {factor} | {level} | {cells} | {signs.count(1)} / {signs.count(-1)} |")
     return lines if len(lines) > 2 else ["No level has two seeds paired with the base in any regime yet."]
+
+
+def _paired_text(d: Estimate) -> str:
+    """``difference_text`` with the number of paired seeds while it is below the grid's (an interval of two
+    seeds is wide and, when they happen to agree to the image, of zero width)."""
+    short = f" ({d.n} seeds)" if d.n < len(GRID_SEEDS) else ""
+    return difference_text(d) + short
 
 
 def combination_lines(rows: List[dict], regimes: Sequence[str] = GRID_REGIMES) -> List[str]:
@@ -208,6 +215,8 @@ def verdict_lines(rows: List[dict], regimes: Sequence[str] = GRID_REGIMES) -> Li
              f"setting (level − base, 95% interval) in at least {WINS_NEEDED} of the {len(regimes)} regimes: "
              f"{', '.join(above) or 'none'}; below it: {', '.join(below) or 'none'}."]
     if done < total:
+        lines[0] += (" These counts use the seeds run so far (from two paired seeds on); the decision rule reads "
+                     "only the complete grid.")
         return lines
     combination = combination_lines(rows, regimes)
     return lines + [combination[0], combination[-1]]
