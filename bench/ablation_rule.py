@@ -150,8 +150,8 @@ def factor_lines(rows: List[dict], regimes: Sequence[str] = GRID_REGIMES) -> Lis
 def _paired_text(d: Estimate) -> str:
     """``difference_text`` with the number of paired seeds while it is below the grid's (an interval of two
     seeds is wide and, when they happen to agree to the image, of zero width)."""
-    short = f" ({d.n} seeds)" if d.n < len(GRID_SEEDS) else ""
-    return difference_text(d) + short
+    seed_count = f" ({d.n} seeds)" if d.n < len(GRID_SEEDS) else ""
+    return difference_text(d) + seed_count
 
 
 def combination_lines(rows: List[dict], regimes: Sequence[str] = GRID_REGIMES) -> List[str]:

@@ -5,7 +5,6 @@ them in ``bench.table_blocks.BLOCKS``.
 """
 from __future__ import annotations
 
-from pathlib import Path
 from typing import List
 
 from bench import ablation_rule, smoke_figures, task_ablation
