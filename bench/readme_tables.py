@@ -19,7 +19,7 @@ from typing import Callable, Dict, List
 from bench import real_data_cpu, reruns, source_tables  # noqa: F401  (source_tables registers its blocks)
 from bench.moe_arms import routing_lines, routing_pair_lines
 from bench.regimes import REPO
-from bench.row_merge import load_rows, result_file
+from bench.row_merge import load_rows, rows_path
 from bench.table_blocks import BLOCK_MISSING, MARKER, Results, block, render, stale_blocks
 from norga.summary_stats import sign_of, table_head
 
@@ -212,7 +212,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     rows = load_rows(args.results)
     if not rows:
-        sys.exit(f"error: no rows in {result_file(args.results, '.json')}; run bench/real_data_cpu.py first")
+        sys.exit(f"error: no rows in {rows_path(args.results)}; run bench/real_data_cpu.py first")
     stale_files = []
     for path in args.files or pages():
         text = path.read_text()
@@ -220,7 +220,7 @@ def main(argv=None) -> int:
             stale = stale_blocks(text, rows)
             if stale:
                 stale_files.append(path)
-                print(f"{path}: tables {stale} differ from {result_file(args.results, '.json')}; "
+                print(f"{path}: tables {stale} differ from {rows_path(args.results)}; "
                       "run python -m bench.readme_tables", file=sys.stderr)
         elif MARKER.search(text):
             path.write_text(render(text, rows))

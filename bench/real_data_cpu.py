@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from bench import mixed_domains
-from bench.row_merge import MergeError, load_rows, merge_rows, result_file, save_rows
+from bench.row_merge import MergeError, load_rows, merge_rows, result_file, rows_path, save_rows
 from bench.regime_data import regime_extra
 from bench.moe_arms import is_moe_arm, routing_fields, routing_lines, routing_pair_lines
 from bench.regimes import REGIMES, REPO, Regime
@@ -257,7 +257,7 @@ def merge(rows: List[dict], regime: Regime, args, header: str) -> int:
     except MergeError as err:
         sys.exit(f"error: {err}")
     save_results(merged, regime, args.results, header)
-    print(f"{result_file(args.results, '.json')}: {len(added)} rows added, {len(replaced)} replaced, "
+    print(f"{rows_path(args.results)}: {len(added)} rows added, {len(replaced)} replaced, "
           f"{len(merged)} in all")
     return 0
 
@@ -268,7 +268,7 @@ def main(argv=None) -> int:
     rows = load_rows(args.results)
     if args.report:
         if not rows:
-            sys.exit(f"error: no rows in {result_file(args.results, '.json')}; run the benchmark first")
+            sys.exit(f"error: no rows in {rows_path(args.results)}; run the benchmark first")
         save_results(rows, regime, args.results, header)
         print(result_file(args.results, ".md").read_text())
         return 0

@@ -62,7 +62,7 @@ from pathlib import Path
 from typing import Dict, List, Sequence
 
 from bench import schedule_cut_report as report
-from bench.row_merge import Keying, MergeError, load_rows, merge_rows, result_file, rows_with
+from bench.row_merge import Keying, MergeError, load_rows, merge_rows, result_file, rows_path, rows_with
 from norga.config import ConfigError
 from norga.errors import NorgaError
 from norga.reproduce.manifest import QUICK_MANIFEST, Cell, load_manifest
@@ -259,7 +259,7 @@ def main(argv=None) -> int:
             run_grid(args, cells)
         rows = load_rows(args.results)
         if not rows:
-            raise ScheduleCutError(f"no rows in {result_file(args.results, '.json')}; run the benchmark first")
+            raise ScheduleCutError(f"no rows in {rows_path(args.results)}; run the benchmark first")
         report.save(rows, args.results, context(args, cells))
     except (ScheduleCutError, report.ReportError, NorgaError, ConfigError) as err:  # a run's error names its fix
         print(f"error: {err}", file=sys.stderr)

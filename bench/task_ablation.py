@@ -51,7 +51,8 @@ from bench.ablation_figure import write_curves
 from bench.ablation_grid import COMBINATION, LEVELS, combination_levels, combined_overrides
 from bench.ablation_rule import FRESH_SEEDS, GRID_SEEDS, TASKS, RuleError, choose, write_report
 from bench.regimes import REGIMES, REPO, Regime
-from bench.row_merge import Keying, MergeError, load_rows, merge_rows, result_file, rows_with, save_rows
+from bench.row_merge import (Keying, MergeError, load_rows, merge_rows, result_file, rows_path, rows_with,
+                             save_rows)
 from norga.config import Config
 
 RESULTS = REPO / "bench" / "results" / "task_ablation"
@@ -159,7 +160,7 @@ def rule_combination(grid: Path) -> List[str]:
     try:
         return combination_levels(choose(load_rows(grid)))
     except RuleError as err:
-        raise SystemExit(f"error: {err} (in {result_file(grid, '.json')}; merge the lanes' rows first)")
+        raise SystemExit(f"error: {err} (in {rows_path(grid)}; merge the lanes' rows first)")
 
 
 def _done(rows: List[dict], tag: dict) -> bool:
@@ -183,7 +184,7 @@ def main(argv=None) -> int:
         from bench.mixed_domains import FASHION_DIR
 
         args.fashion_dir = FASHION_DIR
-    rows_path, report_path = result_file(args.results, ".json"), result_file(args.results, ".md")
+    rows_file, report_path = rows_path(args.results), result_file(args.results, ".md")
     rows = load_rows(args.results)
     if args.merge:
         rows = merge(rows, args.merge, args.replace)
@@ -204,7 +205,7 @@ def main(argv=None) -> int:
                 save_rows(args.results, rows)
                 print(f"{tag}: delta " + ", ".join(f"task {r['task']} {100 * r['delta']:+.1f} pp" for r in cell),
                       flush=True)
-    write_report(rows, report_path, _shown(rows_path))
+    write_report(rows, report_path, _shown(rows_file))
     write_curves(rows, result_file(args.results, ".png"))
     print(report_path.read_text())
     return 0
