@@ -106,3 +106,28 @@ def test_the_results_page_quotes_the_committed_weak_backbone_report():
     assert f"test accuracy {100 * report['test_acc_classes_50_99']:.1f}% on its own classes 50–99" in page
     assert f"linear probe {100 * report['linear_probe_acc_classes_0_49']:.1f}% on classes 0–49" in page
     assert f"{report['epochs']} epochs" in page
+
+
+def test_the_results_page_quotes_the_rebuilt_weak_backbone_and_its_base_cells():
+    """The rebuild of the weak backbone on the second machine: its report's checksum and accuracies, and ``base``
+    on it (seeds 1-5) against ``base`` on the grid's backbone, recomputed from the committed rows."""
+    import json
+
+    from bench.row_merge import load_rows
+    from norga.summary_stats import describe, paired
+
+    results = REPO_ROOT / "bench" / "results"
+    report = json.loads((results / "weak_backbone_rebuild.json").read_text())
+    page = " ".join((REPO_ROOT / "docs" / "results.md").read_text().split())
+    assert (f"sha256 `{report['backbone_sha256']}`, with test accuracy {100 * report['test_acc_classes_50_99']:.1f}%"
+            f" on its own classes 50–99 and linear probe {100 * report['linear_probe_acc_classes_0_49']:.1f}% on "
+            "classes 0–49") in page
+    rebuilt = rule.seed_deltas(load_rows(results / "weak_rebuild_base"), "weak_cifar", grid.BASE)
+    first = rule.seed_deltas(load_rows(results / "task_ablation"), "weak_cifar", grid.BASE)
+    assert sorted(rebuilt) == sorted(first) == list(rule.GRID_SEEDS)
+
+    def text(e):
+        return f"{e.mean:+.2f} [{e.low:+.2f}, {e.high:+.2f}]".replace("-", "−")
+
+    new, old, diff = describe(list(rebuilt.values())), describe(list(first.values())), paired(rebuilt, first)[1]
+    assert f"delta {text(new)} against {text(old)} on the first; paired (rebuild − first) {text(diff)}" in page
