@@ -114,7 +114,8 @@ def test_the_results_page_quotes_the_rebuilt_weak_backbone_and_its_base_cells():
     import json
 
     from bench.row_merge import load_rows
-    from norga.summary_stats import describe, paired
+    from bench.table_blocks import typographic
+    from norga.summary_stats import describe, difference_text, paired
 
     results = REPO_ROOT / "bench" / "results"
     report = json.loads((results / "weak_backbone_rebuild.json").read_text())
@@ -126,8 +127,8 @@ def test_the_results_page_quotes_the_rebuilt_weak_backbone_and_its_base_cells():
     first = rule.seed_deltas(load_rows(results / "task_ablation"), "weak_cifar", grid.BASE)
     assert sorted(rebuilt) == sorted(first) == list(rule.GRID_SEEDS)
 
-    def text(e):
-        return f"{e.mean:+.2f} [{e.low:+.2f}, {e.high:+.2f}]".replace("-", "−")
+    def text(e):  # the blocks' interval text, without the resolved marker, with the docs' minus sign
+        return typographic(difference_text(e).removesuffix(" *resolved*"))
 
     new, old, diff = describe(list(rebuilt.values())), describe(list(first.values())), paired(rebuilt, first)[1]
     assert f"delta {text(new)} against {text(old)} on the first; paired (rebuild − first) {text(diff)}" in page
