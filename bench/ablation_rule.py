@@ -15,6 +15,7 @@ TIL(psi on prompted features right after WTP) - TIL(linear probe on frozen featu
 """
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -183,6 +184,20 @@ def combination_lines(rows: List[dict], regimes: Sequence[str] = GRID_REGIMES) -
     return lines
 
 
+def backbone_line(rows: List[dict], regime: str) -> str:
+    """Which backbones the regime's rows name (``backbone``: sha256 of the weights, 16 hex digits), with row
+    counts; rows from before backbones were recorded count as unrecorded."""
+    counts = Counter(r.get("backbone") for r in rows if r["regime"] == regime)
+    named = [f"`{b}` ({_rows_text(n)})" for b, n in sorted(counts.items(), key=lambda kv: str(kv[0])) if b]
+    if counts[None]:
+        named.append(f"unrecorded ({_rows_text(counts[None])}, from code before rows named their backbone)")
+    return "Backbone (sha256 of the weights, first 16 hex digits): " + "; ".join(named) + "."
+
+
+def _rows_text(n: int) -> str:
+    return f"{n} row" + "s" * (n != 1)
+
+
 def write_report(rows: List[dict], path: Path, source: str) -> None:
     """``path`` (Markdown): per regime the level table, then which levels matter and the combination."""
     from norga.files import atomic_write_bytes
@@ -192,7 +207,8 @@ def write_report(rows: List[dict], path: Path, source: str) -> None:
     if rows:
         parts.append("\n## Progress\n\n" + "\n".join(progress_lines(rows)) + "\n")
     for regime in sorted({r["regime"] for r in rows}):
-        parts.append(f"\n## {regime}\n\n" + "\n".join(level_lines(rows, regime)) + "\n")
+        parts.append(f"\n## {regime}\n\n{backbone_line(rows, regime)}\n\n"
+                     + "\n".join(level_lines(rows, regime)) + "\n")
     if rows:
         parts.append("\n## Which levels matter (level − base, pp, paired over seeds 1–5)\n\n"
                      + "\n".join(factor_lines(rows)) + "\n")

@@ -38,14 +38,16 @@ seeing results; an added level or regime is marked as added later)
 
 ``--combination`` reads the rule's pick from the merged rows (``--grid``, default the committed
 ``bench/results/task_ablation.json``; one clear error while a cell of the grid is missing) and runs it as the level
-``combination`` on fresh seeds; its rows name the levels it combined.
+``combination`` on fresh seeds; its rows name the levels it combined. Rows written since 2026-11-27 also name
+the backbone (``backbone``: the first 16 hex digits of the sha256 of ``model.checkpoint``, as in a run's
+metrics.json); a cell is not resumed onto rows of the same cell that name another backbone.
 """
 from __future__ import annotations
 
 import argparse
 import time
 from pathlib import Path
-from typing import List, Sequence
+from typing import List, Optional, Sequence
 
 from bench.ablation_figure import write_curves
 from bench.ablation_grid import COMBINATION, LEVELS, combination_levels, combined_overrides
@@ -164,12 +166,26 @@ def rule_combination(grid: Path) -> List[str]:
 
 
 def _done(rows: List[dict], tag: dict) -> bool:
-    """Whether the cell ``tag`` has rows; a combination cell held with other combined levels is an error."""
+    """Whether the cell ``tag`` has rows; a cell held with other combined levels, or on another recorded
+    backbone, is an error (rows from before backbones were recorded have none to compare)."""
     held = rows_with(rows, regime=tag["regime"], level=tag["level"], seed=tag["seed"])
+    cell = f"{tag['regime']} {tag['level']} seed {tag['seed']}"
     if held and held[0].get("combined") != tag.get("combined"):
-        raise SystemExit(f"error: {tag['regime']} {tag['level']} seed {tag['seed']} already ran combining "
-                         f"{held[0].get('combined')}, not {tag.get('combined')}; the grid's rows changed since")
+        raise SystemExit(f"error: {cell} already ran combining {held[0].get('combined')}, not "
+                         f"{tag.get('combined')}; the grid's rows changed since")
+    if held and held[0].get("backbone", tag["backbone"]) != tag["backbone"]:
+        raise SystemExit(f"error: {cell} already ran on backbone {held[0]['backbone']}, not {tag['backbone']} "
+                         "(sha256 of model.checkpoint, first 16 hex digits); give these rows their own --results")
     return bool(held)
+
+
+def backbone_of(extra: Sequence[str]) -> Optional[str]:
+    """The first 16 hex digits of the sha256 of the last ``model.checkpoint=`` file among ``extra`` (None: no
+    local weights file named)."""
+    from norga.engine.tracker import checkpoint_id
+
+    paths = [e.split("=", 1)[1] for e in extra if e.startswith("model.checkpoint=")]
+    return checkpoint_id(paths[-1]) if paths else None
 
 
 def _shown(path: Path) -> str:
@@ -193,9 +209,11 @@ def main(argv=None) -> int:
         combined = rule_combination(args.grid) if args.combination else None
         regime = REGIMES[args.regime]
         extra = regime_extra(regime, args)
+        backbone = backbone_of(extra)
         for seed in args.seeds:
             for level in [COMBINATION] if args.combination else args.levels:
-                tag = {"regime": regime.name + ("_quick" if args.quick else ""), "level": level, "seed": seed}
+                tag = {"regime": regime.name + ("_quick" if args.quick else ""), "level": level, "seed": seed,
+                       "backbone": backbone}
                 if combined is not None:
                     tag["combined"] = combined
                 if _done(rows, tag):

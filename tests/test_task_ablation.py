@@ -132,3 +132,58 @@ def test_the_results_page_quotes_the_rebuilt_weak_backbone_and_its_base_cells():
 
     new, old, diff = describe(list(rebuilt.values())), describe(list(first.values())), paired(rebuilt, first)[1]
     assert f"delta {text(new)} against {text(old)} on the first; paired (rebuild − first) {text(diff)}" in page
+
+
+def test_rows_name_their_backbone_and_a_cell_is_not_resumed_onto_another(tmp_path, monkeypatch):
+    """A new row carries the first 16 hex digits of its weights' sha256 (as metrics.json does); resuming the cell
+    with other weights is refused, and rows written before backbones were recorded resume as before."""
+    import hashlib
+    import json
+
+    import bench.regime_data
+
+    weights = tmp_path / "w.pt"
+    weights.write_bytes(b"first weights")
+    monkeypatch.setattr(bench.regime_data, "regime_extra",
+                        lambda regime, args: ["data.root=data.npz", f"model.checkpoint={weights}"])
+    ran = []
+    monkeypatch.setattr(ta, "run_cell", lambda cfg: ran.append(cfg.seed) or
+                        [{"task": t, "delta": 0.1 * t} for t in ta.TASKS])
+    results = tmp_path / "rows"
+    argv = ["--regime", "weak_cifar", "--levels", "base", "--seeds", "1", "--results", str(results)]
+    monkeypatch.setattr(ta, "write_curves", lambda rows, path: None)  # no figure for two fake rows
+    assert ta.main(argv) == 0 and ran == [1]
+    rows = json.loads(results.with_suffix(".json").read_text())
+    assert {r["backbone"] for r in rows} == {hashlib.sha256(b"first weights").hexdigest()[:16]}
+    assert ta.main(argv) == 0 and ran == [1]  # resumed: the cell is done
+    weights.write_bytes(b"rebuilt weights")
+    with pytest.raises(SystemExit, match=r"weak_cifar base seed 1 already ran on backbone [0-9a-f]{16}, not "
+                                         r"[0-9a-f]{16} .*give these rows their own --results"):
+        ta.main(argv)
+    results.with_suffix(".json").write_text(json.dumps([{k: v for k, v in r.items() if k != "backbone"}
+                                                        for r in rows]))
+    assert ta.main(argv) == 0 and ran == [1]  # unrecorded rows: nothing to compare, the cell is done
+
+
+def test_the_report_names_each_regimes_backbones():
+    rows = [{"regime": "r", "backbone": "ab" * 8}] * 2 + [{"regime": "r"}] * 3
+    rows.append({"regime": "s", "backbone": "cd" * 8})
+    assert rule.backbone_line(rows, "r") == ("Backbone (sha256 of the weights, first 16 hex digits): "
+                                             f"`{'ab' * 8}` (2 rows); unrecorded (3 rows, from code before rows "
+                                             "named their backbone).")
+    assert rule.backbone_line(rows, "s").endswith(f"`{'cd' * 8}` (1 row).")
+
+
+def test_the_results_page_names_the_backbones_of_the_grids_unrecorded_rows(shared_dir):
+    """The short checksums docs/results.md gives for the rows from before rows named their backbone: the first
+    weak backbone's (its committed report) and the shared DINOv2 weights' (hashed here, as a new row would be)."""
+    import json
+
+    from bench.regime_data import WEIGHTS_FILE
+    from norga.engine.tracker import checkpoint_id
+
+    page = " ".join((REPO_ROOT / "docs" / "results.md").read_text().split())
+    weak = json.loads((REPO_ROOT / "bench" / "results" / "weak_backbone.json").read_text())["backbone_sha256"][:16]
+    assert f"weak_cifar rows are on the first backbone (`{weak}`)" in page
+    dinov2 = checkpoint_id(shared_dir / WEIGHTS_FILE)
+    assert f"cifar100_first rows on the DINOv2 weights of `../shared/weights` (`{dinov2}`)" in page
