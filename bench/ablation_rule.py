@@ -117,6 +117,28 @@ def _mean(rows: List[dict], key: str) -> float:
     return sum(values) / len(values) if values else float("nan")
 
 
+def regulariser_form(row: dict) -> str:
+    """Which regulariser a row's WTP used: ``eq56``, ``off`` (lambda = 0) or ``official`` (the authors' code)."""
+    levels = row.get("combined") or [row["level"]]
+    return "eq56" if "reg_eq56" in levels else "off" if "reg_off" in levels else "official"
+
+
+def regulariser_lines(rows: List[dict]) -> List[str]:
+    """Per regime, regulariser form and task: how large WTP's regulariser term was (its epoch means, from the rows'
+    ``reg_curve``) next to the CE, so a form that does no work shows as one."""
+    lines = ["| regime | form | task | cells | largest epoch mean | last epoch (mean) | CE last epoch (mean) |",
+             "|---|---|---|---|---|---|---|"]
+    groups: Dict[Tuple[str, str, int], List[dict]] = {}
+    for r in rows:
+        if r.get("reg_curve"):
+            groups.setdefault((r["regime"], regulariser_form(r), int(r["task"])), []).append(r)
+    for (regime, form, task), mine in sorted(groups.items()):
+        largest = max((v for r in mine for v in r["reg_curve"]), key=abs)
+        lines.append(f"| {regime} | {form} | {task} | {len(mine)} | {largest:.3g} | "
+                     f"{_mean(mine, 'reg_last'):.3g} | {_mean(mine, 'ce_last'):.3g} |")
+    return lines
+
+
 def progress_lines(rows: List[dict], regimes: Sequence[str] = GRID_REGIMES) -> List[str]:
     """Per regime: grid cells finished, the measured minutes per finished cell (sum over its tasks' ``minutes``, as
     the rows ran: one thread, beside another process) and the hours of one thread the missing cells would take at
@@ -212,6 +234,8 @@ def write_report(rows: List[dict], path: Path, source: str) -> None:
     if rows:
         parts.append("\n## Which levels matter (level − base, pp, paired over seeds 1–5)\n\n"
                      + "\n".join(factor_lines(rows)) + "\n")
+        parts.append("\n## The regulariser's size (WTP's epoch means, every level and seed)\n\n"
+                     + "\n".join(regulariser_lines(rows)) + "\n")
         parts.append("\n## The combination (fresh seeds 6–10)\n\n" + "\n".join(combination_lines(rows)) + "\n")
     atomic_write_bytes(path, "".join(parts).encode())
 
