@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import List
 
-from bench import ablation_rule, smoke_figures, task_ablation
+from bench import ablation_report, ablation_rule, smoke_figures, task_ablation
 from bench.crosscheck import training as crosscheck_training
 from bench.row_merge import load_rows
 from bench.table_blocks import BLOCK_MISSING, Results, block
@@ -73,8 +73,13 @@ def ablation_verdict(results: Results) -> List[str]:
 
 @block("ablation-levels", [])
 def ablation_levels(results: Results) -> List[str]:
-    """docs/results.md: the grid's progress per regime, level − base per regime and level, then the combination
-    on fresh seeds."""
+    """docs/results.md: the grid's progress per regime, level − base per regime and level, for the levels that
+    move the probe its two parts (ψ, probe), then the combination on fresh seeds."""
     rows = _ablation_rows()
-    return [*ablation_rule.progress_lines(rows), "", *ablation_rule.factor_lines(rows), "",
-            *ablation_rule.combination_lines(rows)] if rows else []
+    if not rows:
+        return []
+    probe = ablation_report.probe_lines(rows)
+    split = ["The levels whose probe differs from the base's: level − base of ψ's TIL and of the probe's TIL "
+             f"(pp, paired; {ablation_report.ADDED}).", "", *probe, ""] if probe else []
+    return [*ablation_rule.progress_lines(rows), "", *ablation_rule.factor_lines(rows), "", *split,
+            *ablation_rule.combination_lines(rows)]

@@ -47,8 +47,9 @@ def block(name: str, arms: List[str]):
 
 
 def typographic(line: str) -> str:
-    """ASCII minus before a digit -> "−" (table rules and names are left alone)."""
-    return re.sub(r"-(?=\d)", "−", line)
+    """ASCII minus before a digit -> "−", unless it follows a digit (table rules, names and dates such as
+    2026-11-27 are left alone)."""
+    return re.sub(r"(?<!\d)-(?=\d)", "−", line)
 
 
 def render_block(name: str, results: Results) -> str:

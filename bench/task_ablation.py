@@ -51,7 +51,8 @@ from typing import List, Optional, Sequence
 
 from bench.ablation_figure import write_curves
 from bench.ablation_grid import COMBINATION, LEVELS, combination_levels, combined_overrides
-from bench.ablation_rule import FRESH_SEEDS, GRID_SEEDS, TASKS, RuleError, choose, write_report
+from bench.ablation_report import write_report
+from bench.ablation_rule import FRESH_SEEDS, GRID_SEEDS, TASKS, RuleError, choose
 from bench.regimes import REGIMES, REPO, Regime
 from bench.row_merge import (Keying, MergeError, load_rows, merge_rows, result_file, rows_path, rows_with,
                              save_rows)

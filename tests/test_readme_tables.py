@@ -73,6 +73,7 @@ def test_typographic_minus_only_before_digits():
     line = "| mh_moe_h8 − mh_moe_h2 | 3 | -0.50 [-1.20, +0.20] | –"
     assert typographic(line) == "| mh_moe_h8 − mh_moe_h2 | 3 | −0.50 [−1.20, +0.20] | –"
     assert typographic("|---|---|") == "|---|---|"
+    assert typographic("added 2026-11-27; task 0..T-1") == "added 2026-11-27; task 0..T−1"  # a date keeps its hyphens
 
 
 @pytest.mark.parametrize("text, message", [

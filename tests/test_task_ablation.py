@@ -7,6 +7,7 @@ import math
 import pytest
 
 from bench import ablation_grid as grid
+from bench import ablation_report as report
 from bench import ablation_rule as rule
 from bench import task_ablation as ta
 from bench.regimes import REGIMES
@@ -168,10 +169,10 @@ def test_rows_name_their_backbone_and_a_cell_is_not_resumed_onto_another(tmp_pat
 def test_the_report_names_each_regimes_backbones():
     rows = [{"regime": "r", "backbone": "ab" * 8}] * 2 + [{"regime": "r"}] * 3
     rows.append({"regime": "s", "backbone": "cd" * 8})
-    assert rule.backbone_line(rows, "r") == ("Backbone (sha256 of the weights, first 16 hex digits): "
+    assert report.backbone_line(rows, "r") == ("Backbone (sha256 of the weights, first 16 hex digits): "
                                              f"`{'ab' * 8}` (2 rows); unrecorded (3 rows, from code before rows "
                                              "named their backbone).")
-    assert rule.backbone_line(rows, "s").endswith(f"`{'cd' * 8}` (1 row).")
+    assert report.backbone_line(rows, "s").endswith(f"`{'cd' * 8}` (1 row).")
 
 
 def test_the_results_page_names_the_backbones_of_the_grids_unrecorded_rows(shared_dir):
@@ -196,8 +197,8 @@ def test_the_regulariser_table_groups_rows_by_the_form_their_wtp_used():
 
     rows = [row("base", 0, [0.0, 0.003, 0.0]), row("lr_x10", 0, [0.001, 0.0, 0.0]), row("reg_eq56", 1, [-0.3, -0.4]),
             row("combination", 1, [0.0, 0.0], combined=["reg_off", "lr_x10"]), row("base", 1, [2.0, 1.0])]
-    assert [rule.regulariser_form(r) for r in rows] == ["official", "official", "eq56", "off", "official"]
-    assert rule.regulariser_lines(rows)[2:] == ["| r | eq56 | 1 | 1 | -0.4 | -0.4 | 1 |",
+    assert [report.regulariser_form(r) for r in rows] == ["official", "official", "eq56", "off", "official"]
+    assert report.regulariser_lines(rows)[2:] == ["| r | eq56 | 1 | 1 | -0.4 | -0.4 | 1 |",
                                                 "| r | off | 1 | 1 | 0 | 0 | 1 |",
                                                 "| r | official | 0 | 2 | 0.003 | 0 | 1 |",
                                                 "| r | official | 1 | 1 | 2 | 1 | 1 |"]
@@ -209,8 +210,47 @@ def test_the_official_regulariser_does_no_work_on_the_first_task_in_every_regime
     from bench.row_merge import load_rows
 
     rows = [r for r in load_rows(REPO_ROOT / "bench" / "results" / "task_ablation")
-            if r["task"] == 0 and rule.regulariser_form(r) == "official"]
+            if r["task"] == 0 and report.regulariser_form(r) == "official"]
     assert {r["regime"] for r in rows} == set(rule.GRID_REGIMES)
     assert max(abs(v) for r in rows for v in r["reg_curve"]) < 0.01
     page = " ".join((REPO_ROOT / "docs" / "results.md").read_text().split())
     assert "on task 0 the authors' regulariser stays below 0.01 in every epoch of every cell" in page
+
+
+def _split_rows():
+    """Two seeds of base and two levels in regime r: lr_x10 moves the probe, init_small does not."""
+    rows = []
+    for seed, values in {1: {"base": (0.60, 0.70), "lr_x10": (0.50, 0.50), "init_small": (0.70, 0.70)},
+                         2: {"base": (0.50, 0.60), "lr_x10": (0.50, 0.40), "init_small": (0.55, 0.60)}}.items():
+        for level, (psi, probe) in values.items():
+            rows += [{"regime": "r", "level": level, "seed": seed, "task": t, "til_prompted": psi,
+                      "til_probe": probe, "delta": psi - probe} for t in rule.TASKS]
+    return rows
+
+
+def test_level_minus_base_splits_into_psi_and_probe_by_hand():
+    rows = _split_rows()
+    assert rule.seed_deltas(rows, "r", "lr_x10", "til_probe") == pytest.approx({1: 50.0, 2: 40.0})
+    psi = rule.minus_base(rows, "r", "lr_x10", "til_prompted")  # -10, 0
+    probe = rule.minus_base(rows, "r", "lr_x10", "til_probe")  # -20, -20
+    assert (psi.mean, probe.mean) == pytest.approx((-5.0, -20.0))
+    assert rule.minus_base(rows, "r", "lr_x10").mean == pytest.approx(psi.mean - probe.mean)
+    assert report.probe_differs(rows, "r", "lr_x10") and not report.probe_differs(rows, "r", "init_small")
+    assert report.probe_levels(rows, ("r",)) == ["lr_x10"]
+    lines = report.source_lines(rows, "r")
+    assert lines[2].startswith("| init_small | +7.50 [") and lines[2].endswith("| +0.00 [+0.00, +0.00] |")
+    assert lines[3].startswith("| lr_x10 | +15.00 [") and "| -20.00 [-20.00, -20.00] *resolved* |" in lines[3]
+    assert report.probe_lines(rows, ("r",))[2].startswith("| lr_x10 | ψ -5.00 [")
+
+
+def test_only_the_levels_that_change_the_probes_recipe_or_test_transform_move_the_probe():
+    """The committed rows: a level that changes neither WTP's head recipe (epochs, lr, head-lr ratio) nor the
+    transforms leaves the frozen-feature probe identical to the base's on every seed (docs/results.md)."""
+    from bench.row_merge import load_rows
+
+    rows = load_rows(REPO_ROOT / "bench" / "results" / "task_ablation")
+    moved = report.probe_levels(rows)
+    recipe = {"lr_x0.1", "lr_x10", "epochs_x0.5", "epochs_x2", "head_lr_x0.1", "head_lr_x10", "aug_swap"}
+    assert set(moved) <= recipe and {"lr_x10", "head_lr_x10"} <= set(moved)
+    page = " ".join((REPO_ROOT / "docs" / "results.md").read_text().split())
+    assert "Every other level leaves the probe identical to the base's on every seed." in page
