@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
 from bench.ablation_grid import BASE, LEVELS
-from bench.ablation_rule import (GRID_REGIMES, combination_lines, factor_lines, level_lines, minus_base,
-                                 progress_lines, seed_deltas)
+from bench.ablation_rule import (GRID_REGIMES, combination_lines, factor_lines, level_lines, mean_of,
+                                 minus_base, progress_lines, seed_deltas)
 from norga.summary_stats import difference_text
 
 PARTS = (("delta", "delta"), ("til_prompted", "ψ (prompted TIL)"), ("til_probe", "probe (frozen TIL)"))
@@ -57,13 +57,8 @@ def regulariser_lines(rows: List[dict]) -> List[str]:
     for (regime, form, task), mine in sorted(groups.items()):
         largest = max((v for r in mine for v in r["reg_curve"]), key=abs)
         lines.append(f"| {regime} | {form} | {task} | {len(mine)} | {largest:.3g} | "
-                     f"{_mean(mine, 'reg_last'):.3g} | {_mean(mine, 'ce_last'):.3g} |")
+                     f"{mean_of(mine, 'reg_last'):.3g} | {mean_of(mine, 'ce_last'):.3g} |")
     return lines
-
-
-def _mean(rows: List[dict], key: str) -> float:
-    values = [r[key] for r in rows if r.get(key) is not None]
-    return sum(values) / len(values) if values else float("nan")
 
 
 def probe_differs(rows: List[dict], regime: str, level: str) -> bool:

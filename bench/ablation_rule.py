@@ -106,13 +106,14 @@ def level_lines(rows: List[dict], regime: str) -> List[str]:
         diff = None if level in (BASE, COMBINATION) else minus_base(rows, regime, level)
         vs = "–" if diff is None else difference_text(diff)
         mine = [r for r in rows if r["regime"] == regime and r["level"] == level]
-        ce = f"{_mean(mine, 'ce_first'):.2f} → {_mean(mine, 'ce_last'):.2f}"
-        feat = f"{_mean(mine, 'feat_trained'):.3f} / {_mean(mine, 'feat_random'):.3f}"
+        ce = f"{mean_of(mine, 'ce_first'):.2f} → {mean_of(mine, 'ce_last'):.2f}"
+        feat = f"{mean_of(mine, 'feat_trained'):.3f} / {mean_of(mine, 'feat_random'):.3f}"
         lines.append(f"| {level} | {est.n} | {est.mean:+.1f} {interval} | {vs} | {ce} | {feat} |")
     return lines
 
 
-def _mean(rows: List[dict], key: str) -> float:
+def mean_of(rows: List[dict], key: str) -> float:
+    """The mean of ``key`` over the rows that carry a value for it (NaN when none does)."""
     values = [r[key] for r in rows if r.get(key) is not None]
     return sum(values) / len(values) if values else float("nan")
 
