@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from bench import mixed_domains
-from bench.row_merge import MergeError, load_rows, merge_rows, result_file, rows_path, save_rows
+from bench.row_merge import (MergeError, add_clash_arguments, clash_mode, load_rows, merge_rows, merge_summary,
+                             result_file, rows_path, save_rows)
 from bench.regime_data import regime_extra
 from bench.moe_arms import is_moe_arm, routing_fields, routing_lines, routing_pair_lines
 from bench.regimes import REGIMES, REPO, Regime
@@ -219,7 +220,7 @@ def parse_args(argv=None):
     p.add_argument("--report", action="store_true", help="only rewrite the .md/.png from the rows in the .json")
     p.add_argument("--merge", nargs="+", type=Path, default=None, metavar="STEM",
                    help="merge the rows of these results stems (parallel processes' --results) into --results")
-    p.add_argument("--replace", action="store_true", help="with --merge: lanes' rows replace differing rows")
+    add_clash_arguments(p)
     p.add_argument("--shared", type=Path, default=REPO.parent / "shared", help="folder with data/ and weights/")
     p.add_argument("--fashion-dir", type=Path, default=mixed_domains.FASHION_DIR, help="Fashion-MNIST idx files")
     p.add_argument("--data-dir", type=Path, default=REPO / "runs" / "bench_data", help="built data files")
@@ -232,8 +233,7 @@ def parse_args(argv=None):
     if unknown:
         p.error(f"unknown arm(s) {unknown} for regime {args.regime}; arms: {sorted(regime.arms)}, "
                 f"optional (run only with --only): {sorted(regime.optional)}")
-    if args.replace and not args.merge:
-        p.error("--replace goes with --merge (it lets the merged lanes' rows replace differing rows)")
+    args.on_clash = clash_mode(p, args)
     suffix = "_quick" if args.quick else ""
     args.runs_dir = args.runs_dir or REPO / "runs" / f"{regime.runs}{suffix}"
     args.results = args.results or REPO / "bench" / "results" / f"{regime.results}{suffix}"
@@ -252,13 +252,12 @@ def header_of(regime: Regime, quick: bool) -> str:
 def merge(rows: List[dict], regime: Regime, args, header: str) -> int:
     """--merge: the lanes' rows into the results file (bench/row_merge.py), then its report."""
     try:
-        merged, added, replaced = merge_rows(rows, [(str(s), load_rows(s)) for s in args.merge],
-                                             regime.all_arms(), args.replace)
+        merged, added, clashed = merge_rows(rows, [(str(s), load_rows(s)) for s in args.merge],
+                                            regime.all_arms(), args.on_clash)
     except MergeError as err:
         sys.exit(f"error: {err}")
     save_results(merged, regime, args.results, header)
-    print(f"{rows_path(args.results)}: {len(added)} rows added, {len(replaced)} replaced, "
-          f"{len(merged)} in all")
+    print(f"{rows_path(args.results)}: {merge_summary(added, clashed, len(merged), args.on_clash)}")
     return 0
 
 

@@ -10,9 +10,12 @@ merge them afterwards::
 
 A row is keyed by (run, seed) (:data:`RUN_SEED`; another benchmark passes its own :class:`Keying`, e.g.
 ``bench.task_ablation``'s (regime, level, seed, task)). :func:`merge_rows` refuses a key that two lanes give
-different values for, and a key the results file already holds with other values unless ``replace`` (a re-run
-that is meant to replace the row); an identical row is taken once. Rows of arms the regime does not know
-(``arm@label`` counts as ``arm``) are refused, so a lane of another regime cannot slip in.
+different values for, and a key the results file already holds with other values unless told what to do with
+such a *clash* (:data:`CLASH_MODES`): ``replace`` (a re-run meant to replace the row) or ``keep`` (a re-run that
+checks the held row, e.g. on another machine: the held row stays, and the two must agree exactly on the keying's
+``results`` fields, the accuracies, while other fields may differ by float noise); an identical row is taken
+once. Rows of arms the regime does not know (``arm@label`` counts as ``arm``) are refused, so a lane of another
+regime cannot slip in.
 
 Every benchmark's rows live in ``<stem>.json`` (a JSON list, one dict per row): :func:`load_rows` reads it (no
 file: no rows), :func:`save_rows` replaces it atomically (a reader never sees half a file, even when a run is
@@ -79,11 +82,13 @@ class Keying(NamedTuple):
     text: Callable[[Key], str]
     group: Callable[[dict], str]
     unknown: str
+    results: Tuple[str, ...] = ("FA", "CA", "FM")  # with on_clash "keep": must agree exactly
 
 
 RUN_SEED = Keying(key=lambda row: (row["run"], int(row["seed"])), text=lambda k: f"{k[0]} seed {k[1]}",
                   group=lambda row: row["run"].split("@")[0],
                   unknown="is not an arm of this regime (arms: {groups}); merge it with --regime of its own benchmark")
+CLASH_MODES = ("refuse", "replace", "keep")
 
 
 def _lane_rows(lanes: Sequence[Tuple[str, List[dict]]], groups: Sequence[str], keying: Keying) -> Dict[Key, dict]:
@@ -104,17 +109,57 @@ def _lane_rows(lanes: Sequence[Tuple[str, List[dict]]], groups: Sequence[str], k
 
 
 def merge_rows(existing: List[dict], lanes: Sequence[Tuple[str, List[dict]]], groups: Sequence[str],
-               replace: bool = False, keying: Keying = RUN_SEED) -> Tuple[List[dict], List[Key], List[Key]]:
-    """(merged rows, keys added, keys replaced). ``existing`` keeps its order; new rows are appended in lane order;
-    a replaced row takes the place of the old one. ``groups``: the known arms (or levels, per ``keying``)."""
+               on_clash: str = "refuse", keying: Keying = RUN_SEED) -> Tuple[List[dict], List[Key], List[Key]]:
+    """(merged rows, keys added, keys that clashed: replaced or kept). ``existing`` keeps its order; new rows are
+    appended in lane order; a replaced row takes the place of the old one. ``groups``: the known arms (or levels,
+    per ``keying``); ``on_clash``: one of :data:`CLASH_MODES`, for a key held with other values."""
+    if on_clash not in CLASH_MODES:
+        raise ValueError(f"on_clash {on_clash!r}: use one of {CLASH_MODES}")
     incoming = _lane_rows(lanes, groups, keying)
     held = {keying.key(r): r for r in existing}
     clashes = sorted(k for k, row in incoming.items() if k in held and held[k] != row)
-    if clashes and not replace:
+    if clashes and on_clash == "refuse":
         listed = ", ".join(keying.text(k) for k in clashes)
         raise MergeError(f"the results already hold other values for {listed}; pass --replace to replace them "
-                         "with the lanes' rows (the old values are then gone: keep a copy if they matter)")
+                         "with the lanes' rows (the old values are then gone: keep a copy if they matter), or "
+                         "--keep to keep the held rows of a re-run whose results agree")
+    if on_clash == "keep":
+        _check_results_agree(held, incoming, clashes, keying)
+        incoming = {k: row for k, row in incoming.items() if k not in held}
     merged = [incoming.get(keying.key(r), r) for r in existing]
     added = [k for k in incoming if k not in held]
     merged += [incoming[k] for k in added]
     return merged, added, clashes
+
+
+def _check_results_agree(held: Dict[Key, dict], incoming: Dict[Key, dict], keys: Sequence[Key],
+                         keying: Keying) -> None:
+    """MergeError naming the keys whose held and incoming rows differ in a ``keying.results`` field."""
+    differ = [k for k in keys if any(held[k].get(f) != incoming[k].get(f) for f in keying.results)]
+    if differ:
+        raise MergeError(f"--keep: the lanes' rows differ from the held ones in a result ({', '.join(keying.results)})"
+                         f" for {', '.join(keying.text(k) for k in differ)}: a re-run that does not reproduce the "
+                         "results is a finding; compare the two before choosing one (--replace)")
+
+
+def add_clash_arguments(parser) -> None:
+    """The --replace / --keep options of a benchmark's --merge (argparse, mutually exclusive)."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--replace", action="store_true", help="with --merge: lanes' rows replace differing rows")
+    group.add_argument("--keep", action="store_true",
+                       help="with --merge: held rows stay where a lane re-ran them; their results must agree")
+
+
+def clash_mode(parser, args) -> str:
+    """The ``on_clash`` of the parsed ``args`` (exits through ``parser`` when --replace / --keep come without
+    --merge)."""
+    mode = "replace" if args.replace else "keep" if args.keep else "refuse"
+    if mode != "refuse" and not args.merge:
+        parser.error(f"--{mode} goes with --merge (it says what to do with rows the results hold with other values)")
+    return mode
+
+
+def merge_summary(added: Sequence[Key], clashes: Sequence[Key], total: int, on_clash: str) -> str:
+    """The one line a --merge prints: rows added, replaced or kept, in all."""
+    verb = "kept (re-run, results agree)" if on_clash == "keep" else "replaced"
+    return f"{len(added)} rows added, {len(clashes)} {verb}, {total} in all"

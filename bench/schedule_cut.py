@@ -62,7 +62,8 @@ from pathlib import Path
 from typing import Dict, List, Sequence
 
 from bench import schedule_cut_report as report
-from bench.row_merge import Keying, MergeError, load_rows, merge_rows, result_file, rows_path, rows_with
+from bench.row_merge import (Keying, MergeError, add_clash_arguments, clash_mode, load_rows, merge_rows,
+                             merge_summary, result_file, rows_path, rows_with)
 from norga.config import ConfigError
 from norga.errors import NorgaError
 from norga.reproduce.manifest import QUICK_MANIFEST, Cell, load_manifest
@@ -186,15 +187,16 @@ RUN = Keying(key=lambda r: (r["method"], r["schedule"], int(r["seed"])), text=la
 
 def merge(args, cells: Dict[str, Cell]) -> None:
     """--merge: the lanes' rows (each lane ran other methods or seeds with its own --results) into --results; a
-    run two files hold with different values (e.g. other settings) is one clear error, unless --replace."""
+    run two files hold with different values (e.g. other settings) is one clear error, unless --replace or
+    --keep."""
     try:
-        rows, added, replaced = merge_rows(load_rows(args.results),
-                                           [(str(s), load_rows(s)) for s in args.merge], sorted(cells),
-                                           args.replace, RUN)
+        rows, added, clashed = merge_rows(load_rows(args.results),
+                                          [(str(s), load_rows(s)) for s in args.merge], sorted(cells),
+                                          args.on_clash, RUN)
     except MergeError as err:
         raise ScheduleCutError(str(err))
     report.save(rows, args.results, context(args, cells))
-    print(f"{len(added)} rows added, {len(replaced)} replaced, {len(rows)} in all")
+    print(merge_summary(added, clashed, len(rows), args.on_clash))
 
 
 def context(args, cells: Dict[str, Cell]) -> dict:
@@ -226,10 +228,9 @@ def parse_args(argv=None):
     p.add_argument("--results", type=Path, default=None,
                    help="stem of the .json rows and .md report (default bench/results/schedule_cut[_quick])")
     p.add_argument("--threads", type=int, default=1, help="torch threads (the estimate assumes 1)")
-    p.add_argument("--replace", action="store_true", help="with --merge: lanes' rows replace differing rows")
+    add_clash_arguments(p)
     args = p.parse_args(argv)
-    if args.replace and not args.merge:
-        p.error("--replace goes with --merge (it lets the merged lanes' rows replace differing rows)")
+    args.on_clash = clash_mode(p, args)
     suffix = "_quick" if args.quick else ""
     args.runs_dir = args.runs_dir or REPO / "runs" / f"schedule_cut{suffix}"
     args.results = args.results or RESULTS.with_name(f"schedule_cut{suffix}")

@@ -54,8 +54,8 @@ from bench.ablation_grid import COMBINATION, LEVELS, combination_levels, combine
 from bench.ablation_report import write_report
 from bench.ablation_rule import FRESH_SEEDS, GRID_SEEDS, TASKS, RuleError, choose
 from bench.regimes import REGIMES, REPO, Regime
-from bench.row_merge import (Keying, MergeError, load_rows, merge_rows, result_file, rows_path, rows_with,
-                             save_rows)
+from bench.row_merge import (Keying, MergeError, add_clash_arguments, clash_mode, load_rows, merge_rows,
+                             merge_summary, result_file, rows_path, rows_with, save_rows)
 from norga.config import Config
 
 RESULTS = REPO / "bench" / "results" / "task_ablation"
@@ -130,10 +130,9 @@ def parse_args(argv=None):
     p.add_argument("--results", type=Path, default=RESULTS, help="stem of the .json rows and the .md report")
     p.add_argument("--merge", nargs="+", type=Path, default=None, metavar="STEM",
                    help="merge the rows of these results stems (parallel processes' --results) into --results")
-    p.add_argument("--replace", action="store_true", help="with --merge: lanes' rows replace differing rows")
+    add_clash_arguments(p)
     args = p.parse_args(argv)
-    if args.replace and not args.merge:
-        p.error("--replace goes with --merge (it lets the merged lanes' rows replace differing rows)")
+    args.on_clash = clash_mode(p, args)
     if args.combination and args.levels:
         p.error("--combination runs the rule's pick of levels; leave out --levels")
     args.levels = args.levels or list(LEVELS)
@@ -143,18 +142,19 @@ def parse_args(argv=None):
 
 CELL = Keying(key=lambda r: (r["regime"], r["level"], int(r["seed"]), int(r["task"])),
               text=lambda k: f"{k[0]} {k[1]} seed {k[2]} task {k[3]}", group=lambda r: r["level"],
-              unknown="names no level of bench.task_ablation (levels: {groups})")
+              unknown="names no level of bench.task_ablation (levels: {groups})",
+              results=("delta", "til_prompted", "til_probe", "til_after_tap"))
 
 
-def merge(rows: List[dict], lanes: Sequence[Path], replace: bool) -> List[dict]:
-    """--merge: the lanes' rows added to ``rows``; a cell held with other values is one clear error (or, with
-    ``replace``, the lane's row replaces it)."""
+def merge(rows: List[dict], lanes: Sequence[Path], on_clash: str) -> List[dict]:
+    """--merge: the lanes' rows added to ``rows``; a cell held with other values is one clear error, unless
+    ``on_clash`` replaces it or keeps the held row (bench/row_merge.py)."""
     try:
-        merged, added, replaced = merge_rows(rows, [(str(s), load_rows(s)) for s in lanes],
-                                             [*LEVELS, COMBINATION], replace, CELL)
+        merged, added, clashed = merge_rows(rows, [(str(s), load_rows(s)) for s in lanes],
+                                            [*LEVELS, COMBINATION], on_clash, CELL)
     except MergeError as err:
         raise SystemExit(f"error: {err}")
-    print(f"{len(added)} rows added, {len(replaced)} replaced, {len(merged)} in all")
+    print(merge_summary(added, clashed, len(merged), on_clash))
     return merged
 
 
@@ -204,7 +204,7 @@ def main(argv=None) -> int:
     rows_file, report_path = rows_path(args.results), result_file(args.results, ".md")
     rows = load_rows(args.results)
     if args.merge:
-        rows = merge(rows, args.merge, args.replace)
+        rows = merge(rows, args.merge, args.on_clash)
         save_rows(args.results, rows)
     elif not args.report:
         combined = rule_combination(args.grid) if args.combination else None

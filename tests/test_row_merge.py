@@ -34,8 +34,20 @@ def test_a_differing_row_needs_replace_and_then_takes_the_old_rows_place():
     lane = [("a", [_row("l2p", 1, 0.35)])]
     with pytest.raises(MergeError, match="already hold other values for l2p seed 1; pass --replace"):
         merge_rows(existing, lane, ARMS)
-    merged, added, replaced = merge_rows(existing, lane, ARMS, replace=True)
+    merged, added, replaced = merge_rows(existing, lane, ARMS, "replace")
     assert merged == [_row("l2p", 1, 0.35), _row("no_prompt", 1)] and added == [] and replaced == [("l2p", 1)]
+
+
+def test_keep_holds_the_old_row_of_a_rerun_whose_results_agree_and_refuses_one_whose_results_differ():
+    existing = [_row("l2p", 1, 0.3), _row("no_prompt", 1)]
+    rerun = {**_row("l2p", 1, 0.3), "minutes": 0.5, "TIL_FA": 0.7000001}  # another machine: other time, float noise
+    merged, added, kept = merge_rows(existing, [("a", [rerun, _row("l2p", 2, 0.4)])], ARMS, "keep")
+    assert merged == [*existing, _row("l2p", 2, 0.4)] and added == [("l2p", 2)] and kept == [("l2p", 1)]
+    with pytest.raises(MergeError, match=r"--keep: the lanes' rows differ from the held ones in a result "
+                                         r"\(FA, CA, FM\) for l2p seed 1: a re-run that does not reproduce"):
+        merge_rows(existing, [("a", [_row("l2p", 1, 0.31)])], ARMS, "keep")
+    with pytest.raises(ValueError, match="on_clash 'overwrite'"):
+        merge_rows(existing, [("a", [rerun])], ARMS, "overwrite")
 
 
 @pytest.mark.parametrize("lanes, message", [
@@ -64,6 +76,13 @@ def test_the_cli_merges_lanes_writes_the_report_and_names_errors(tmp_path, capsy
     with pytest.raises(SystemExit):
         real_data_cpu.main(["--replace", "--results", str(results)])
     assert "--replace goes with --merge" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        real_data_cpu.main(["--merge", str(lane), "--keep", "--replace", "--results", str(results)])
+    assert "not allowed with argument" in capsys.readouterr().err
+    lane.with_suffix(".json").write_text(json.dumps([{**_row("no_prompt", 1, 0.5), "minutes": 2.0}]))
+    assert real_data_cpu.main(["--merge", str(lane), "--keep", "--results", str(results)]) == 0
+    assert "0 rows added, 1 kept (re-run, results agree), 4 in all" in capsys.readouterr().out
+    assert json.loads(results.with_suffix(".json").read_text())[2] == _row("no_prompt", 1, 0.5)
 
 
 def test_a_rows_file_round_trips_and_a_missing_one_holds_no_rows(tmp_path):

@@ -89,6 +89,13 @@ def test_lanes_merge_by_cell_and_conflicts_are_refused(tmp_path, capsys):
         ta.main(["--merge", str(a), "--results", str(results)])
     assert ta.main(["--merge", str(a), "--replace", "--results", str(results)]) == 0
     assert json.loads(results.with_suffix(".json").read_text())[1]["delta"] == 0.25
+    a.with_suffix(".json").write_text(json.dumps([{**_cell_row("base", 1, 1, 0.25), "ce_last": 0.5}]))  # a re-run
+    assert ta.main(["--merge", str(a), "--keep", "--results", str(results)]) == 0
+    assert "0 rows added, 1 kept (re-run, results agree), 4 in all" in capsys.readouterr().out
+    a.with_suffix(".json").write_text(json.dumps([_cell_row("base", 1, 1, 0.3)]))
+    with pytest.raises(SystemExit, match=r"differ from the held ones in a result \(delta, til_prompted, til_probe, "
+                                         r"til_after_tap\) for evidence base seed 1 task 1"):
+        ta.main(["--merge", str(a), "--keep", "--results", str(results)])
     a.with_suffix(".json").write_text(json.dumps([_cell_row("lr_x3", 1, 0, 0.0)]))
     with pytest.raises(SystemExit, match="row evidence lr_x3 seed 1 task 0 names no level of bench.task_ablation"):
         ta.main(["--merge", str(a), "--results", str(results)])
