@@ -13,8 +13,8 @@ A row is keyed by (run, seed) (:data:`RUN_SEED`; another benchmark passes its ow
 different values for, and a key the results file already holds with other values unless told what to do with
 such a *clash* (:data:`CLASH_MODES`): ``replace`` (a re-run meant to replace the row) or ``keep`` (a re-run that
 checks the held row, e.g. on another machine: the held row stays, and the two must agree exactly on the keying's
-``results`` fields, the accuracies, while other fields may differ by float noise); an identical row is taken
-once. Rows of arms the regime does not know (``arm@label`` counts as ``arm``) are refused, so a lane of another
+``results`` fields, the accuracies, while other fields may differ by float noise; two lanes' re-runs of one key
+likewise, the first lane's row taken); an identical row is taken once. Rows of arms the regime does not know (``arm@label`` counts as ``arm``) are refused, so a lane of another
 regime cannot slip in.
 
 Every benchmark's rows live in ``<stem>.json`` (a JSON list, one dict per row): :func:`load_rows` reads it (no
@@ -91,8 +91,10 @@ RUN_SEED = Keying(key=lambda row: (row["run"], int(row["seed"])), text=lambda k:
 CLASH_MODES = ("refuse", "replace", "keep")
 
 
-def _lane_rows(lanes: Sequence[Tuple[str, List[dict]]], groups: Sequence[str], keying: Keying) -> Dict[Key, dict]:
-    """(lane name, rows) per lane -> one row per key; conflicting or unknown rows raise MergeError."""
+def _lane_rows(lanes: Sequence[Tuple[str, List[dict]]], groups: Sequence[str], keying: Keying,
+               keep: bool = False) -> Dict[Key, dict]:
+    """(lane name, rows) per lane -> one row per key; conflicting or unknown rows raise MergeError. With ``keep``
+    two lanes' rows of one key may differ outside ``keying.results`` (a re-run): the first lane's row is taken."""
     merged: Dict[Key, Tuple[str, dict]] = {}
     for name, rows in lanes:
         if not rows:
@@ -101,11 +103,16 @@ def _lane_rows(lanes: Sequence[Tuple[str, List[dict]]], groups: Sequence[str], k
             key = keying.key(row)
             if keying.group(row) not in groups:
                 raise MergeError(f"{name}: row {keying.text(key)} {keying.unknown.format(groups=sorted(groups))}")
-            if key in merged and merged[key][1] != row:
-                raise MergeError(f"{merged[key][0]} and {name} both hold {keying.text(key)} with different "
+            first = merged.get(key)
+            if first is not None and first[1] != row and not (keep and _results_agree(first[1], row, keying)):
+                raise MergeError(f"{first[0]} and {name} both hold {keying.text(key)} with different "
                                  "values: keep one of the two run folders and re-run that lane's report")
             merged.setdefault(key, (name, row))
     return {k: row for k, (_, row) in merged.items()}
+
+
+def _results_agree(a: dict, b: dict, keying: Keying) -> bool:
+    return all(a.get(f) == b.get(f) for f in keying.results)
 
 
 def merge_rows(existing: List[dict], lanes: Sequence[Tuple[str, List[dict]]], groups: Sequence[str],
@@ -115,7 +122,7 @@ def merge_rows(existing: List[dict], lanes: Sequence[Tuple[str, List[dict]]], gr
     per ``keying``); ``on_clash``: one of :data:`CLASH_MODES`, for a key held with other values."""
     if on_clash not in CLASH_MODES:
         raise ValueError(f"on_clash {on_clash!r}: use one of {CLASH_MODES}")
-    incoming = _lane_rows(lanes, groups, keying)
+    incoming = _lane_rows(lanes, groups, keying, keep=on_clash == "keep")
     held = {keying.key(r): r for r in existing}
     clashes = sorted(k for k, row in incoming.items() if k in held and held[k] != row)
     if clashes and on_clash == "refuse":
@@ -135,7 +142,7 @@ def merge_rows(existing: List[dict], lanes: Sequence[Tuple[str, List[dict]]], gr
 def _check_results_agree(held: Dict[Key, dict], incoming: Dict[Key, dict], keys: Sequence[Key],
                          keying: Keying) -> None:
     """MergeError naming the keys whose held and incoming rows differ in a ``keying.results`` field."""
-    differ = [k for k in keys if any(held[k].get(f) != incoming[k].get(f) for f in keying.results)]
+    differ = [k for k in keys if not _results_agree(held[k], incoming[k], keying)]
     if differ:
         raise MergeError(f"--keep: the lanes' rows differ from the held ones in a result ({', '.join(keying.results)})"
                          f" for {', '.join(keying.text(k) for k in differ)}: a re-run that does not reproduce the "

@@ -46,6 +46,12 @@ def test_keep_holds_the_old_row_of_a_rerun_whose_results_agree_and_refuses_one_w
     with pytest.raises(MergeError, match=r"--keep: the lanes' rows differ from the held ones in a result "
                                          r"\(FA, CA, FM\) for l2p seed 1: a re-run that does not reproduce"):
         merge_rows(existing, [("a", [_row("l2p", 1, 0.31)])], ARMS, "keep")
+    twice = [("a", [rerun]), ("b", [{**rerun, "minutes": 0.7}])]  # two lanes re-ran it: results agree
+    assert merge_rows([], twice, ARMS, "keep")[0] == [rerun]
+    with pytest.raises(MergeError, match="a and b both hold l2p seed 1 with different values"):
+        merge_rows([], twice, ARMS)
+    with pytest.raises(MergeError, match="a and b both hold l2p seed 1 with different values"):
+        merge_rows([], [("a", [rerun]), ("b", [_row("l2p", 1, 0.31)])], ARMS, "keep")
     with pytest.raises(ValueError, match="on_clash 'overwrite'"):
         merge_rows(existing, [("a", [rerun])], ARMS, "overwrite")
 
