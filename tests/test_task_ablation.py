@@ -211,17 +211,20 @@ def test_the_regulariser_table_groups_rows_by_the_form_their_wtp_used():
                                                 "| r | official | 1 | 1 | 2 | 1 | 1 |"]
 
 
-def test_the_official_regulariser_does_no_work_on_the_first_task_in_every_regime():
-    """docs/results.md's claim, on the committed rows: on task 0 the authors' regulariser (a self-contrast of
-    unnormalised features) stays below 0.01 in every epoch of every cell, where the CE is not small."""
+def test_the_official_regulariser_is_small_on_the_first_task():
+    """docs/results.md's claims, on the committed rows: on task 0 the authors' regulariser (a self-contrast of
+    unnormalised features) stays below 0.01 in every epoch of every cell of cifar100_first and weak_cifar, and below
+    0.1 ("a few hundredths") in evidence."""
     from bench.row_merge import load_rows
 
     rows = [r for r in load_rows(REPO_ROOT / "bench" / "results" / "task_ablation")
             if r["task"] == 0 and report.regulariser_form(r) == "official"]
-    assert {r["regime"] for r in rows} == set(rule.GRID_REGIMES)
-    assert max(abs(v) for r in rows for v in r["reg_curve"]) < 0.01
+    largest = {regime: max(abs(v) for r in rows if r["regime"] == regime for v in r["reg_curve"])
+               for regime in rule.GRID_REGIMES}
+    assert largest["cifar100_first"] < 0.01 and largest["weak_cifar"] < 0.01 and 0.01 <= largest["evidence"] < 0.1
     page = " ".join((REPO_ROOT / "docs" / "results.md").read_text().split())
-    assert "on task 0 the authors' regulariser stays below 0.01 in every epoch of every cell" in page
+    assert ("In cifar100_first and weak_cifar the authors' regulariser stays below 0.01 in every epoch of every cell "
+            "on task 0; in evidence it reaches a few hundredths in some cells") in page
 
 
 def _split_rows():
