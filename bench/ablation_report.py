@@ -18,7 +18,7 @@ from typing import Dict, List, Sequence, Tuple
 
 from bench.ablation_grid import BASE, LEVELS
 from bench.ablation_rule import (GRID_REGIMES, combination_lines, factor_lines, level_lines, mean_of,
-                                 minus_base, progress_lines, seed_deltas)
+                                 minus_base, paired_text, progress_lines, seed_deltas)
 from norga.summary_stats import difference_text
 
 PARTS = (("delta", "delta"), ("til_prompted", "ψ (prompted TIL)"), ("til_probe", "probe (frozen TIL)"))
@@ -93,7 +93,7 @@ def probe_lines(rows: List[dict], regimes: Sequence[str] = GRID_REGIMES) -> List
         cells = []
         for regime in regimes:
             psi, probe = (minus_base(rows, regime, level, key) for key in ("til_prompted", "til_probe"))
-            cells.append("–" if psi is None else f"ψ {difference_text(psi)}; probe {difference_text(probe)}")
+            cells.append("–" if psi is None else f"ψ {difference_text(psi)}; probe {paired_text(probe)}")
         lines.append(f"| {level} | " + " | ".join(cells) + " |")
     return lines
 

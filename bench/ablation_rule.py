@@ -144,12 +144,12 @@ def factor_lines(rows: List[dict], regimes: Sequence[str] = GRID_REGIMES) -> Lis
             if all(d is None for d in diffs):
                 continue
             signs = [0 if d is None else sign_of(d) for d in diffs]
-            cells = " | ".join("–" if d is None else _paired_text(d) for d in diffs)
+            cells = " | ".join("–" if d is None else paired_text(d) for d in diffs)
             lines.append(f"| {factor} | {level} | {cells} | {signs.count(1)} / {signs.count(-1)} |")
     return lines if len(lines) > 2 else ["No level has two seeds paired with the base in any regime yet."]
 
 
-def _paired_text(d: Estimate) -> str:
+def paired_text(d: Estimate) -> str:
     """``difference_text`` with the number of paired seeds while it is below the grid's (an interval of two
     seeds is wide and, when they happen to agree to the image, of zero width)."""
     seed_count = f" ({d.n} seeds)" if d.n < len(GRID_SEEDS) else ""
