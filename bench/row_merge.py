@@ -14,8 +14,8 @@ different values for, and a key the results file already holds with other values
 such a *clash* (:data:`CLASH_MODES`): ``replace`` (a re-run meant to replace the row) or ``keep`` (a re-run that
 checks the held row, e.g. on another machine: the held row stays, and the two must agree exactly on the keying's
 ``results`` fields, the accuracies, while other fields may differ by float noise; two lanes' re-runs of one key
-likewise, the first lane's row taken); an identical row is taken once. Rows of arms the regime does not know (``arm@label`` counts as ``arm``) are refused, so a lane of another
-regime cannot slip in.
+likewise, the first lane's row taken); an identical row is taken once. Rows of arms the regime does not know
+(``arm@label`` counts as ``arm``) are refused, so a lane of another regime cannot slip in.
 
 Every benchmark's rows live in ``<stem>.json`` (a JSON list, one dict per row): :func:`load_rows` reads it (no
 file: no rows), :func:`save_rows` replaces it atomically (a reader never sees half a file, even when a run is

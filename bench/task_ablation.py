@@ -38,9 +38,10 @@ seeing results; an added level or regime is marked as added later)
 
 ``--combination`` reads the rule's pick from the merged rows (``--grid``, default the committed
 ``bench/results/task_ablation.json``; one clear error while a cell of the grid is missing) and runs it as the level
-``combination`` on fresh seeds; its rows name the levels it combined. Rows written since 2026-11-27 also name
-the backbone (``backbone``: the first 16 hex digits of the sha256 of ``model.checkpoint``, as in a run's
-metrics.json); a cell is not resumed onto rows of the same cell that name another backbone.
+``combination`` on fresh seeds; its rows name the levels it combined. Rows written by this code (since commit
+c984e79, 2026-11-27) also name the backbone (``backbone``: the first 16 hex digits of the sha256 of
+``model.checkpoint``, as in a run's metrics.json); a cell is not resumed onto rows of the same cell that name
+another backbone.
 """
 from __future__ import annotations
 
