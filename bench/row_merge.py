@@ -112,7 +112,8 @@ def _lane_rows(lanes: Sequence[Tuple[str, List[dict]]], groups: Sequence[str], k
 
 
 def _results_agree(a: dict, b: dict, keying: Keying) -> bool:
-    return all(a.get(f) == b.get(f) for f in keying.results)
+    """Both rows carry every ``keying.results`` field, with equal values (rows without them prove nothing)."""
+    return all(f in a and f in b and a[f] == b[f] for f in keying.results)
 
 
 def merge_rows(existing: List[dict], lanes: Sequence[Tuple[str, List[dict]]], groups: Sequence[str],
@@ -142,6 +143,11 @@ def merge_rows(existing: List[dict], lanes: Sequence[Tuple[str, List[dict]]], gr
 def _check_results_agree(held: Dict[Key, dict], incoming: Dict[Key, dict], keys: Sequence[Key],
                          keying: Keying) -> None:
     """MergeError naming the keys whose held and incoming rows differ in a ``keying.results`` field."""
+    lacking = [k for k in keys if any(f not in row for row in (held[k], incoming[k]) for f in keying.results)]
+    if lacking:
+        raise MergeError(f"--keep: a held or incoming row of {', '.join(keying.text(k) for k in lacking)} has no "
+                         f"{' / '.join(keying.results)} to compare; --keep cannot tell a re-run from other values "
+                         "there: compare the rows yourself and pass --replace or drop one")
     differ = [k for k in keys if not _results_agree(held[k], incoming[k], keying)]
     if differ:
         raise MergeError(f"--keep: the lanes' rows differ from the held ones in a result ({', '.join(keying.results)})"

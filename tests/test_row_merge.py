@@ -56,6 +56,17 @@ def test_keep_holds_the_old_row_of_a_rerun_whose_results_agree_and_refuses_one_w
         merge_rows(existing, [("a", [rerun])], ARMS, "overwrite")
 
 
+def test_keep_refuses_rows_that_lack_the_results_it_compares():
+    bare = {"run": "l2p", "seed": 1, "minutes": 1.0}  # no FA / CA / FM: nothing to tell a re-run by
+    existing = [bare]
+    with pytest.raises(MergeError, match=r"--keep: a held or incoming row of l2p seed 1 has no FA / CA / FM"):
+        merge_rows(existing, [("a", [{**bare, "minutes": 2.0}])], ARMS, "keep")
+    with pytest.raises(MergeError, match=r"--keep: a held or incoming row of l2p seed 1 has no FA / CA / FM"):
+        merge_rows([_row("l2p", 1)], [("a", [{**bare, "minutes": 2.0}])], ARMS, "keep")
+    with pytest.raises(MergeError, match="a and b both hold l2p seed 1 with different values"):
+        merge_rows([], [("a", [bare]), ("b", [{**bare, "minutes": 2.0}])], ARMS, "keep")
+
+
 @pytest.mark.parametrize("lanes, message", [
     ([("a", [_row("l2p", 1, 0.3)]), ("b", [_row("l2p", 1, 0.31)])], "a and b both hold l2p seed 1"),
     ([("a", [_row("sd_lora", 1)])], "row sd_lora seed 1 is not an arm of this regime"),
