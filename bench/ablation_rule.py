@@ -198,10 +198,29 @@ def verdict_lines(rows: List[dict], regimes: Sequence[str] = GRID_REGIMES) -> Li
     below = [f"`{lv}`" for lv, s in counted.items() if s.count(-1) >= WINS_NEEDED]
     lines = [f"Task-level ablation: {done} of {total} grid cells have run. Levels resolved above the authors' "
              f"setting (level − base, 95% interval) in at least {WINS_NEEDED} of the {len(regimes)} regimes: "
-             f"{', '.join(above) or 'none'}; below it: {', '.join(below) or 'none'}."]
+             f"{', '.join(above) or 'none'}; below it: {', '.join(below) or 'none'}.",
+             single_regime_text(rows, regimes)]
     if done < total:
         lines[0] += (" These counts use the seeds run so far (from two paired seeds on); the decision rule reads "
                      "only the complete grid.")
         return lines
     combination = combination_lines(rows, regimes)
     return lines + [combination[0], combination[-1]]
+
+
+def single_regime_text(rows: List[dict], regimes: Sequence[str] = GRID_REGIMES) -> str:
+    """One sentence naming the levels whose (level - base) interval excludes 0 in fewer than
+    :data:`WINS_NEEDED` regimes, with the regime and the paired difference: what matters somewhere but not by the
+    rule."""
+    parts = {1: [], -1: []}
+    for levels in FACTORS.values():
+        for level in levels:
+            diffs = {r: minus_base(rows, r, level) for r in regimes}
+            for sign in parts:
+                where = [r for r, d in diffs.items() if d is not None and sign_of(d) == sign]
+                if 0 < len(where) < WINS_NEEDED:
+                    parts[sign] += [f"`{level}` in {r} ({paired_text(diffs[r]).replace(' *resolved*', '')})"
+                                    for r in where]
+    return (f"Resolved in fewer regimes than the rule asks: above the base {'; '.join(parts[1]) or 'none'}; below "
+            f"it {'; '.join(parts[-1]) or 'none'}; for every level not named here or above, the interval "
+            "includes 0 in every regime with paired seeds.")

@@ -147,13 +147,21 @@ def test_the_readme_verdict_counts_the_grid_and_names_the_levels_that_matter():
     lines = rule.verdict_lines(rows)
     assert lines[0].startswith("Task-level ablation: 255 of 255 grid cells have run.")
     assert "in at least 2 of the 3 regimes: `reg_off`, `lr_x0.1`, `lr_x10`; below it: `init_small`." in lines[0]
-    assert lines[1] == "The rule's combination: `reg_off`, `lr_x10`."
-    assert lines[2] == "Decision: pending (the combination has not run on every regime)."
+    assert lines[1].startswith("Resolved in fewer regimes than the rule asks: above the base `gate_linear` in "
+                               "evidence (+3.00 [") and lines[1].endswith(
+        "; below it none; for every level not named here or above, the interval includes 0 in every regime with "
+        "paired seeds.")
+    assert lines[2] == "The rule's combination: `reg_off`, `lr_x10`."
+    assert lines[3] == "Decision: pending (the combination has not run on every regime)."
     part = [r for r in rows if r["regime"] == "evidence"]
     assert rule.verdict_lines(part) == [
         "Task-level ablation: 85 of 255 grid cells have run. Levels resolved above the authors' setting (level − "
         "base, 95% interval) in at least 2 of the 3 regimes: none; below it: none. These counts use the seeds run "
-        "so far (from two paired seeds on); the decision rule reads only the complete grid."]
+        "so far (from two paired seeds on); the decision rule reads only the complete grid.",
+        "Resolved in fewer regimes than the rule asks: above the base `reg_off` in evidence (+2.00 [+1.80, +2.20]); "
+        "`lr_x0.1` in evidence (+5.00 [+4.80, +5.20]); `lr_x10` in evidence (+10.00 [+9.80, +10.20]); `gate_linear` "
+        "in evidence (+3.00 [+2.80, +3.20]); below it `init_small` in evidence (-4.00 [-4.20, -3.80]); for every "
+        "level not named here or above, the interval includes 0 in every regime with paired seeds."]
 
 
 def test_a_row_keeps_wtps_curves_and_the_figure_averages_them(tmp_path):
