@@ -69,7 +69,9 @@ def test_a_cell_reads_the_methods_diagnostics():
 
 
 def _cell_row(level, seed, task, delta):
-    return {"regime": "evidence", "level": level, "seed": seed, "task": task, "delta": delta}
+    """A row as the bench writes it, with the fields ``--keep`` compares (TILs consistent with ``delta``)."""
+    return {"regime": "evidence", "level": level, "seed": seed, "task": task, "delta": delta,
+            "til_prompted": 0.5 + delta, "til_probe": 0.5, "til_after_tap": 0.5 + delta}
 
 
 def test_lanes_merge_by_cell_and_conflicts_are_refused(tmp_path, capsys):
