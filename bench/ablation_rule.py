@@ -149,11 +149,11 @@ def factor_lines(rows: List[dict], regimes: Sequence[str] = GRID_REGIMES) -> Lis
     return lines if len(lines) > 2 else ["No level has two seeds paired with the base in any regime yet."]
 
 
-def paired_text(d: Estimate) -> str:
+def paired_text(d: Estimate, mark_resolved: bool = True) -> str:
     """``difference_text`` with the number of paired seeds while it is below the grid's (an interval of two
     seeds is wide and, when they happen to agree to the image, of zero width)."""
     seed_count = f" ({d.n} seeds)" if d.n < len(GRID_SEEDS) else ""
-    return difference_text(d) + seed_count
+    return difference_text(d, mark_resolved) + seed_count
 
 
 def combination_lines(rows: List[dict], regimes: Sequence[str] = GRID_REGIMES) -> List[str]:
@@ -192,14 +192,14 @@ def verdict_lines(rows: List[dict], regimes: Sequence[str] = GRID_REGIMES) -> Li
         return []
     total = len(regimes) * len(LEVELS) * len(GRID_SEEDS)
     done = total - len(missing_cells(rows, regimes))
-    counted = {level: [sign_of(d) for d in (minus_base(rows, r, level) for r in regimes) if d is not None]
-               for levels in FACTORS.values() for level in levels}
+    diffs = level_diffs(rows, regimes)
+    counted = {level: [sign_of(d) for d in by_regime.values() if d is not None] for level, by_regime in diffs.items()}
     above = [f"`{lv}`" for lv, s in counted.items() if s.count(1) >= WINS_NEEDED]
     below = [f"`{lv}`" for lv, s in counted.items() if s.count(-1) >= WINS_NEEDED]
     lines = [f"Task-level ablation: {done} of {total} grid cells have run. Levels resolved above the authors' "
              f"setting (level − base, 95% interval) in at least {WINS_NEEDED} of the {len(regimes)} regimes: "
              f"{', '.join(above) or 'none'}; below it: {', '.join(below) or 'none'}.",
-             single_regime_text(rows, regimes)]
+             single_regime_text(diffs)]
     if done < total:
         lines[0] += (" These counts use the seeds run so far (from two paired seeds on); the decision rule reads "
                      "only the complete grid.")
@@ -208,19 +208,23 @@ def verdict_lines(rows: List[dict], regimes: Sequence[str] = GRID_REGIMES) -> Li
     return lines + [combination[0], combination[-1]]
 
 
-def single_regime_text(rows: List[dict], regimes: Sequence[str] = GRID_REGIMES) -> str:
+def level_diffs(rows: List[dict], regimes: Sequence[str] = GRID_REGIMES) -> Dict[str, Dict[str, Optional[Estimate]]]:
+    """level -> regime -> (level - base) paired over seeds (:func:`minus_base`; None below two paired seeds), for
+    every level of :data:`FACTORS`, in the grid's order."""
+    return {level: {r: minus_base(rows, r, level) for r in regimes} for levels in FACTORS.values() for level in levels}
+
+
+def single_regime_text(diffs: Dict[str, Dict[str, Optional[Estimate]]]) -> str:
     """One sentence naming the levels whose (level - base) interval excludes 0 in fewer than
     :data:`WINS_NEEDED` regimes, with the regime and the paired difference: what matters somewhere but not by the
-    rule."""
+    rule. ``diffs`` is :func:`level_diffs`."""
     parts = {1: [], -1: []}
-    for levels in FACTORS.values():
-        for level in levels:
-            diffs = {r: minus_base(rows, r, level) for r in regimes}
-            for sign in parts:
-                where = [r for r, d in diffs.items() if d is not None and sign_of(d) == sign]
-                if 0 < len(where) < WINS_NEEDED:
-                    parts[sign] += [f"`{level}` in {r} ({paired_text(diffs[r]).replace(' *resolved*', '')})"
-                                    for r in where]
+    for level, by_regime in diffs.items():
+        for sign in parts:
+            where = [r for r, d in by_regime.items() if d is not None and sign_of(d) == sign]
+            if 0 < len(where) < WINS_NEEDED:
+                parts[sign] += [f"`{level}` in {r} ({paired_text(by_regime[r], mark_resolved=False)})"
+                                for r in where]
     return (f"Resolved in fewer regimes than the rule asks: above the base {'; '.join(parts[1]) or 'none'}; below "
             f"it {'; '.join(parts[-1]) or 'none'}; for every level not named here or above, the interval "
             "includes 0 in every regime with paired seeds.")

@@ -111,9 +111,14 @@ def _lane_rows(lanes: Sequence[Tuple[str, List[dict]]], groups: Sequence[str], k
     return {k: row for k, (_, row) in merged.items()}
 
 
+def _lacks_results(row: dict, keying: Keying) -> bool:
+    """Whether ``row`` misses one of the ``keying.results`` fields a re-run is compared by."""
+    return any(f not in row for f in keying.results)
+
+
 def _results_agree(a: dict, b: dict, keying: Keying) -> bool:
     """Both rows carry every ``keying.results`` field, with equal values (rows without them prove nothing)."""
-    return all(f in a and f in b and a[f] == b[f] for f in keying.results)
+    return not (_lacks_results(a, keying) or _lacks_results(b, keying)) and all(a[f] == b[f] for f in keying.results)
 
 
 def merge_rows(existing: List[dict], lanes: Sequence[Tuple[str, List[dict]]], groups: Sequence[str],
@@ -143,7 +148,7 @@ def merge_rows(existing: List[dict], lanes: Sequence[Tuple[str, List[dict]]], gr
 def _check_results_agree(held: Dict[Key, dict], incoming: Dict[Key, dict], keys: Sequence[Key],
                          keying: Keying) -> None:
     """MergeError naming the keys whose held and incoming rows differ in a ``keying.results`` field."""
-    lacking = [k for k in keys if any(f not in row for row in (held[k], incoming[k]) for f in keying.results)]
+    lacking = [k for k in keys if _lacks_results(held[k], keying) or _lacks_results(incoming[k], keying)]
     if lacking:
         raise MergeError(f"--keep: a held or incoming row of {', '.join(keying.text(k) for k in lacking)} has no "
                          f"{' / '.join(keying.results)} to compare; --keep cannot tell a re-run from other values "

@@ -93,12 +93,12 @@ def sign_of(e: Estimate) -> int:
     return 1 if e.low > 0 else -1 if e.high < 0 else 0
 
 
-def difference_text(e: Estimate) -> str:
-    """A paired difference as "+m [+low, +high]", marked " *resolved*" when the interval excludes 0; "–" for one
-    value (no interval)."""
+def difference_text(e: Estimate, mark_resolved: bool = True) -> str:
+    """A paired difference as "+m [+low, +high]", marked " *resolved*" when the interval excludes 0 (unless
+    ``mark_resolved`` is False, for prose that says so itself); "–" for one value (no interval)."""
     if e.n < 2:
         return "–"
-    resolved = sign_of(e) != 0
+    resolved = mark_resolved and sign_of(e) != 0
     return f"{e.mean:+.2f} [{e.low:+.2f}, {e.high:+.2f}]" + (" *resolved*" if resolved else "")
 
 

@@ -204,3 +204,13 @@ def test_the_level_table_says_so_while_no_level_can_be_paired_with_the_base():
     rows += _cell("weak_cifar", "base", 2, 0.0) + _cell("weak_cifar", "reg_off", 2, 0.0)
     # two seeds that agree exactly: a zero-width interval, shown with its seed count so it is not read as a finding
     assert "| regulariser | reg_off | – | – | +0.00 [+0.00, +0.00] (2 seeds) | 0 / 0 |" in rule.factor_lines(rows)
+
+
+def test_paired_text_marks_a_resolved_difference_unless_the_prose_says_so_itself():
+    from norga.summary_stats import describe
+
+    resolved, open_ = describe([1.0, 1.2, 1.4]), describe([-1.0, 1.0, 0.5])
+    # mean 1.2, std 0.2, t(0.975, 2) = 4.303: half-width 4.303 * 0.2 / sqrt(3) = 0.497
+    assert rule.paired_text(resolved) == "+1.20 [+0.70, +1.70] *resolved* (3 seeds)"
+    assert rule.paired_text(resolved, mark_resolved=False) == "+1.20 [+0.70, +1.70] (3 seeds)"
+    assert rule.paired_text(open_) == rule.paired_text(open_, mark_resolved=False) == "+0.17 [-2.42, +2.75] (3 seeds)"

@@ -138,7 +138,7 @@ def test_the_results_page_quotes_the_rebuilt_weak_backbone_and_its_base_cells():
     assert sorted(rebuilt) == sorted(first) == list(rule.GRID_SEEDS)
 
     def text(e):  # the blocks' interval text, without the resolved marker, with the docs' minus sign
-        return typographic(difference_text(e).removesuffix(" *resolved*"))
+        return typographic(difference_text(e, mark_resolved=False))
 
     new, old, diff = describe(list(rebuilt.values())), describe(list(first.values())), paired(rebuilt, first)[1]
     assert f"delta {text(new)} against {text(old)} on the first; paired (rebuild − first) {text(diff)}" in page
