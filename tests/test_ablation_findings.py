@@ -53,7 +53,8 @@ def test_the_level_differences_quoted_are_the_rows(rows, section):
 
 
 def test_the_prompt_levels_resolve_nowhere_and_three_pairs_resolve_delta(rows, section):
-    for level in ("init_small", "init_normal", "init_zero_values", "reg_eq56", "reg_off"):
+    for level in ("init_small", "init_normal", "init_zero_values", "reg_eq56", "reg_off", "gate_linear",
+                  "gate_sigmoid", "length_x2", "layers_all"):
         for regime in rule.GRID_REGIMES:
             e = rule.minus_base(rows, regime, level)
             assert e.n == len(rule.GRID_SEEDS) and sign_of(e) == 0, (regime, level)
