@@ -78,7 +78,7 @@ def test_no_level_can_reach_two_regimes_as_the_section_says(rows, section):
 
 
 def test_the_section_names_the_cells_still_missing(rows, section):
-    """The section's scope sentence: the cell count and the evidence levels still running, as the rows have them
+    """The section's scope sentence: the cell count and the evidence levels still to run, as the rows have them
     (once the grid is complete this fails, and the section is rewritten for the whole grid)."""
     missing = rule.missing_cells(rows)
     total = len(rule.GRID_REGIMES) * len(grid.LEVELS) * len(rule.GRID_SEEDS)
@@ -87,4 +87,4 @@ def test_the_section_names_the_cells_still_missing(rows, section):
                if any(cell.split()[1] == level for cell in missing)]
     names = ", ".join(f"`{level}`" for level in running[:-1]) + f" and `{running[-1]}`"
     assert f"at {total - len(missing)} of {total} cells" in section
-    assert f"(evidence's {names} cells are still running)" in section
+    assert f"(evidence's {names} cells are still to run)" in section
