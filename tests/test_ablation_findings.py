@@ -68,7 +68,7 @@ def test_no_level_can_reach_two_regimes_as_the_section_says(rows, section):
     """cifar100_first and weak_cifar are complete; the levels resolved above there have complete evidence cells
     that are not resolved above, so the rule's combination is the base whatever evidence's missing cells show."""
     complete = ("cifar100_first", "weak_cifar")
-    assert not [c for c in rule.missing_cells(rows, complete)]
+    assert not rule.missing_cells(rows, complete)
     above = {level for level, by_regime in rule.level_diffs(rows, complete).items()
              if any(sign_of(e) > 0 for e in by_regime.values())}
     assert above == {"head_lr_x0.1"}
