@@ -56,6 +56,11 @@ def minus_base(rows: List[dict], regime: str, level: str, key: str = "delta") ->
     return paired(mine, base)[1]
 
 
+def grid_total(regimes: Sequence[str] = GRID_REGIMES) -> int:
+    """The grid's cell count: regimes x levels (base included) x :data:`GRID_SEEDS`."""
+    return len(regimes) * len(LEVELS) * len(GRID_SEEDS)
+
+
 def missing_cells(rows: List[dict], regimes: Sequence[str] = GRID_REGIMES,
                   seeds: Sequence[int] = GRID_SEEDS) -> List[str]:
     """The grid's (regime, level, seed) cells without a row for every task."""
@@ -190,7 +195,7 @@ def verdict_lines(rows: List[dict], regimes: Sequence[str] = GRID_REGIMES) -> Li
     :data:`WINS_NEEDED` regimes, the rule's combination and the decision; ``[]`` without rows."""
     if not rows:
         return []
-    total = len(regimes) * len(LEVELS) * len(GRID_SEEDS)
+    total = grid_total(regimes)
     done = total - len(missing_cells(rows, regimes))
     diffs = level_diffs(rows, regimes)
     counted = {level: [sign_of(d) for d in by_regime.values() if d is not None] for level, by_regime in diffs.items()}

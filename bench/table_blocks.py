@@ -19,6 +19,7 @@ from functools import cached_property
 from typing import Callable, Dict, List
 
 from bench import real_data_cpu
+from norga.summary_stats import Estimate, difference_text
 
 
 @dataclass
@@ -50,6 +51,12 @@ def typographic(line: str) -> str:
     """ASCII minus before a digit -> "−", unless it follows a digit (table rules, names and dates such as
     2026-11-27 are left alone)."""
     return re.sub(r"(?<!\d)-(?=\d)", "−", line)
+
+
+def prose_interval(e: Estimate) -> str:
+    """An estimate as the docs' prose quotes it: ``difference_text`` without the resolved marker, with the
+    typographic minus (e.g. "−1.96 [−6.08, +2.16]")."""
+    return typographic(difference_text(e, mark_resolved=False))
 
 
 def render_block(name: str, results: Results) -> str:

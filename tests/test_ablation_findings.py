@@ -9,8 +9,8 @@ import pytest
 from bench import ablation_grid as grid
 from bench import ablation_rule as rule
 from bench.row_merge import load_rows
-from bench.table_blocks import typographic
-from norga.summary_stats import describe, difference_text, sign_of
+from bench.table_blocks import prose_interval as text
+from norga.summary_stats import describe, sign_of
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 KEYS = {"delta": "delta", "ψ": "til_prompted", "probe": "til_probe"}
@@ -30,10 +30,6 @@ def section():
     page = (REPO_ROOT / "docs" / "results.md").read_text()
     start = page.index("### What the grid shows so far")
     return " ".join(page[start:page.index("\n## ", start)].split())
-
-
-def text(e) -> str:
-    return typographic(difference_text(e, mark_resolved=False))
 
 
 def test_the_base_deltas_quoted_are_the_rows_and_none_is_resolved(rows, section):
@@ -81,7 +77,7 @@ def test_the_section_names_the_cells_still_missing(rows, section):
     """The section's scope sentence: the cell count and the evidence levels still to run, as the rows have them
     (once the grid is complete this fails, and the section is rewritten for the whole grid)."""
     missing = rule.missing_cells(rows)
-    total = len(rule.GRID_REGIMES) * len(grid.LEVELS) * len(rule.GRID_SEEDS)
+    total = rule.grid_total()
     assert missing and all(cell.startswith("evidence ") for cell in missing)
     running = [level for levels in grid.FACTORS.values() for level in levels
                if any(cell.split()[1] == level for cell in missing)]

@@ -76,6 +76,15 @@ def test_typographic_minus_only_before_digits():
     assert typographic("added 2026-11-27; task 0..T-1") == "added 2026-11-27; task 0..T−1"  # a date keeps its hyphens
 
 
+def test_prose_interval_is_the_unmarked_difference_with_typographic_minus():
+    from bench.table_blocks import prose_interval
+    from norga.summary_stats import Estimate
+
+    resolved_below = Estimate(n=5, mean=-3.96, std=2.05, low=-6.51, high=-1.41)
+    assert prose_interval(resolved_below) == "−3.96 [−6.51, −1.41]"  # no " *resolved*": the prose says so itself
+    assert prose_interval(Estimate(n=1, mean=0.5, std=float("nan"), low=float("nan"), high=float("nan"))) == "–"
+
+
 @pytest.mark.parametrize("text, message", [
     ("<!-- bench:nope -->\n<!-- /bench:nope -->\n", "unknown table"),
     ("<!-- bench:moe-arms -->\n| x |\n", "do not pair up"),

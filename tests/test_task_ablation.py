@@ -124,8 +124,8 @@ def test_the_results_page_quotes_the_rebuilt_weak_backbone_and_its_base_cells():
     import json
 
     from bench.row_merge import load_rows
-    from bench.table_blocks import typographic
-    from norga.summary_stats import describe, difference_text, paired
+    from bench.table_blocks import prose_interval as text
+    from norga.summary_stats import describe, paired
 
     results = REPO_ROOT / "bench" / "results"
     report = json.loads((results / "weak_backbone_rebuild.json").read_text())
@@ -136,9 +136,6 @@ def test_the_results_page_quotes_the_rebuilt_weak_backbone_and_its_base_cells():
     rebuilt = rule.seed_deltas(load_rows(results / "weak_rebuild_base"), "weak_cifar", grid.BASE)
     first = rule.seed_deltas(load_rows(results / "task_ablation"), "weak_cifar", grid.BASE)
     assert sorted(rebuilt) == sorted(first) == list(rule.GRID_SEEDS)
-
-    def text(e):  # the blocks' interval text, without the resolved marker, with the docs' minus sign
-        return typographic(difference_text(e, mark_resolved=False))
 
     new, old, diff = describe(list(rebuilt.values())), describe(list(first.values())), paired(rebuilt, first)[1]
     assert f"delta {text(new)} against {text(old)} on the first; paired (rebuild − first) {text(diff)}" in page
