@@ -1,4 +1,4 @@
-"""docs/results.md "What the grid shows so far" (issue #33): every number it quotes and every claim it makes about
+"""docs/results.md "What the grid shows" (issue #33): every number it quotes and every claim it makes about
 which levels resolve, recomputed from the committed rows of bench/results/task_ablation.json."""
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ KEYS = {"delta": "delta", "ψ": "til_prompted", "probe": "til_probe"}
 # (regime, level, what) the section quotes as "`level` what <difference>" (level − base, paired)
 QUOTED = [("weak_cifar", "lr_x0.1", "ψ"), ("weak_cifar", "head_lr_x0.1", "ψ"), ("weak_cifar", "epochs_x0.5", "ψ"),
           ("evidence", "epochs_x0.5", "ψ"), ("evidence", "aug_swap", "ψ"), ("cifar100_first", "epochs_x2", "ψ"),
-          ("cifar100_first", "epochs_x2", "probe"), ("weak_cifar", "lr_x0.1", "probe")]
+          ("evidence", "lr_x10", "ψ"), ("cifar100_first", "head_lr_x10", "ψ"), ("cifar100_first", "epochs_x2", "probe"),
+          ("weak_cifar", "lr_x0.1", "probe"), ("evidence", "lr_x10", "probe")]
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +29,7 @@ def rows():
 @pytest.fixture(scope="module")
 def section():
     page = (REPO_ROOT / "docs" / "results.md").read_text()
-    start = page.index("### What the grid shows so far")
+    start = page.index("### What the grid shows")
     return " ".join(page[start:page.index("\n## ", start)].split())
 
 
@@ -46,6 +47,19 @@ def test_the_level_differences_quoted_are_the_rows(rows, section):
         assert f"`{level}` {what} {text(e)}" in section, (regime, level, what)
     cifar_probe = rule.minus_base(rows, "cifar100_first", "lr_x0.1", "til_probe")
     assert f"and {text(cifar_probe)} on cifar100_first" in section
+    weak_psi, weak_probe = (rule.minus_base(rows, "weak_cifar", "lr_x10", key) for key in ("til_prompted", "til_probe"))
+    assert f"and {text(weak_psi)} on weak_cifar, `head_lr_x10`" in section
+    assert f"and {text(weak_probe)} on weak_cifar), so" in section
+
+
+def test_ten_times_the_lr_lowers_psi_wherever_it_resolves(rows, section):
+    """"Ten times the lr is too much everywhere it resolves": every resolved ψ difference of a ×10 level is
+    negative, and the three the section quotes are all of them."""
+    resolved = {(regime, level): sign_of(e) for level in ("lr_x10", "head_lr_x10") for regime in rule.GRID_REGIMES
+                for e in [rule.minus_base(rows, regime, level, "til_prompted")] if sign_of(e) != 0}
+    assert resolved == {("evidence", "lr_x10"): -1, ("weak_cifar", "lr_x10"): -1,
+                        ("cifar100_first", "head_lr_x10"): -1}
+    assert "Ten times the lr is too much everywhere it resolves" in section
 
 
 def test_the_prompt_levels_resolve_nowhere_and_three_pairs_resolve_delta(rows, section):
@@ -60,27 +74,10 @@ def test_the_prompt_levels_resolve_nowhere_and_three_pairs_resolve_delta(rows, s
     assert "delta itself is resolved for three (regime, level) pairs only, one regime each" in section
 
 
-def test_no_level_can_reach_two_regimes_as_the_section_says(rows, section):
-    """cifar100_first and weak_cifar are complete; the levels resolved above there have complete evidence cells
-    that are not resolved above, so the rule's combination is the base whatever evidence's missing cells show."""
-    complete = ("cifar100_first", "weak_cifar")
-    assert not rule.missing_cells(rows, complete)
-    above = {level for level, by_regime in rule.level_diffs(rows, complete).items()
-             if any(sign_of(e) > 0 for e in by_regime.values())}
-    assert above == {"head_lr_x0.1"}
-    evidence = rule.minus_base(rows, "evidence", "head_lr_x0.1")
-    assert evidence.n == len(rule.GRID_SEEDS) and sign_of(evidence) <= 0
-    assert "The rule's combination is therefore the authors' setting itself." in section
-
-
-def test_the_section_names_the_cells_still_missing(rows, section):
-    """The section's scope sentence: the cell count and the evidence levels still to run, as the rows have them
-    (once the grid is complete this fails, and the section is rewritten for the whole grid)."""
-    missing = rule.missing_cells(rows)
-    total = rule.grid_total()
-    assert missing and all(cell.startswith("evidence ") for cell in missing)
-    running = [level for levels in grid.FACTORS.values() for level in levels
-               if any(cell.split()[1] == level for cell in missing)]
-    names = ", ".join(f"`{level}`" for level in running[:-1]) + f" and `{running[-1]}`"
-    assert f"at {total - len(missing)} of {total} cells" in section
-    assert f"(evidence's {names} cells are still to run)" in section
+def test_the_rules_combination_is_the_authors_setting_as_the_section_says(rows, section):
+    """The grid is complete and no level is resolved above the base in two regimes: the rule keeps every factor
+    at the base, and the section (written for the whole grid) says so."""
+    assert not rule.missing_cells(rows)
+    assert f"with all {rule.grid_total()} cells of the grid run" in section
+    assert set(rule.choose(rows).values()) == {grid.BASE} and not grid.combination_levels(rule.choose(rows))
+    assert "the rule's combination is the authors' setting itself." in section
