@@ -17,8 +17,8 @@ KEYS = {"delta": "delta", "ψ": "til_prompted", "probe": "til_probe"}
 # (regime, level, what) the section quotes as "`level` what <difference>" (level − base, paired)
 QUOTED = [("weak_cifar", "lr_x0.1", "ψ"), ("weak_cifar", "head_lr_x0.1", "ψ"), ("weak_cifar", "epochs_x0.5", "ψ"),
           ("evidence", "epochs_x0.5", "ψ"), ("evidence", "aug_swap", "ψ"), ("cifar100_first", "epochs_x2", "ψ"),
-          ("evidence", "lr_x10", "ψ"), ("cifar100_first", "head_lr_x10", "ψ"), ("cifar100_first", "epochs_x2", "probe"),
-          ("weak_cifar", "lr_x0.1", "probe"), ("evidence", "lr_x10", "probe")]
+          ("evidence", "lr_x10", "ψ"), ("cifar100_first", "head_lr_x10", "ψ"),
+          ("cifar100_first", "epochs_x2", "probe"), ("weak_cifar", "lr_x0.1", "probe"), ("evidence", "lr_x10", "probe")]
 
 
 @pytest.fixture(scope="module")
