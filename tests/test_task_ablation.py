@@ -118,6 +118,19 @@ def test_the_results_page_quotes_the_committed_weak_backbone_report():
     assert f"{report['epochs']} epochs" in page
 
 
+def test_the_results_page_quotes_the_third_weak_backbone_build():
+    """The build the combination's weak_cifar cells ran on: its report's checksum and accuracies, as the page
+    quotes them (the weights stay out of the repository)."""
+    import json
+
+    report = json.loads((REPO_ROOT / "bench" / "results" / "weak_backbone_rebuild_xeon.json").read_text())
+    page = " ".join((REPO_ROOT / "docs" / "results.md").read_text().split())
+    sha = report["backbone_sha256"]
+    assert (f"`{sha}`, test accuracy {100 * report['test_acc_classes_50_99']:.1f}% on its own classes 50–99, "
+            f"linear probe {100 * report['linear_probe_acc_classes_0_49']:.1f}% on classes 0–49") in page
+    assert f"(`backbone` `{sha[:16]}`)" in page
+
+
 def test_the_results_page_quotes_the_rebuilt_weak_backbone_and_its_base_cells():
     """The rebuild of the weak backbone on the second machine: its report's checksum and accuracies, and ``base``
     on it (seeds 1-5) against ``base`` on the grid's backbone, recomputed from the committed rows."""
