@@ -161,6 +161,12 @@ def paired_text(d: Estimate, mark_resolved: bool = True) -> str:
     return difference_text(d, mark_resolved) + seed_count
 
 
+def combination_text(est: Estimate) -> str:
+    """The combination's delta as its table shows it, in points to one decimal: "+m [+low, +high]" ("+m" alone
+    for one seed)."""
+    return f"{est.mean:+.1f}" + ("" if est.n < 2 else f" [{est.low:+.1f}, {est.high:+.1f}]")
+
+
 def combination_lines(rows: List[dict], regimes: Sequence[str] = GRID_REGIMES) -> List[str]:
     """The rule's choice (once the grid is complete), the combination's delta per regime on the fresh seeds and
     the decision."""
@@ -179,7 +185,7 @@ def combination_lines(rows: List[dict], regimes: Sequence[str] = GRID_REGIMES) -
             lines.append(f"| {regime} | 0 | not run | – |")
         else:
             est = describe(deltas)
-            shown = f"{est.mean:+.1f}" + ("" if est.n < 2 else f" [{est.low:+.1f}, {est.high:+.1f}]")
+            shown = combination_text(est)
             lines.append(f"| {regime} | {est.n} | {shown} | {'yes' if est.n >= 2 and sign_of(est) > 0 else 'no'} |")
     verdict = decision(rows, regimes)
     lines += ["", {None: "Decision: pending (the combination has not run on every regime).",

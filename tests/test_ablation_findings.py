@@ -79,7 +79,8 @@ def test_the_rules_combination_is_the_authors_setting_as_the_section_says(rows, 
     at the base, and the section (written for the whole grid) says so."""
     assert not rule.missing_cells(rows)
     assert f"with all {rule.grid_total()} cells of the grid run" in section
-    assert set(rule.choose(rows).values()) == {grid.BASE} and not grid.combination_levels(rule.choose(rows))
+    choice = rule.choose(rows)
+    assert set(choice.values()) == {grid.BASE} and not grid.combination_levels(choice)
     assert "the rule's combination is the authors' setting itself." in section
 
 
@@ -90,7 +91,7 @@ def test_the_combination_on_fresh_seeds_as_the_section_quotes_it(rows, section):
     for regime in ("cifar100_first", "weak_cifar"):
         e = describe(list(rule.seed_deltas(rows, regime, grid.COMBINATION).values()))
         assert e.n == len(rule.FRESH_SEEDS), regime
-        shown[regime] = (typographic(f"{e.mean:+.1f} [{e.low:+.1f}, {e.high:+.1f}]"), sign_of(e))
+        shown[regime] = (typographic(rule.combination_text(e)), sign_of(e))
     assert shown["cifar100_first"][1] == -1 and shown["weak_cifar"][1] == 0
     assert (f"{shown['cifar100_first'][0]} on cifar100_first, below the probe, and {shown['weak_cifar'][0]} on "
             "weak_cifar") in section

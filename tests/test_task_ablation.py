@@ -2,6 +2,7 @@
 the statistics are the hand-computed ones, and a cell's readout is the method's own diagnostics."""
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -15,6 +16,17 @@ from conftest import REPO_ROOT, SMOKE
 from norga.config import load_config
 
 EXTRA = ["data.root=data.npz", "model.checkpoint=w.pt"]  # never read: configs are only loaded here
+RESULTS = REPO_ROOT / "bench" / "results"
+
+
+def results_page() -> str:
+    """docs/results.md with its whitespace runs collapsed (a quote may wrap across lines)."""
+    return " ".join((REPO_ROOT / "docs" / "results.md").read_text().split())
+
+
+def backbone_report(name: str) -> dict:
+    """A weak-backbone report committed as bench/results/<name>.json."""
+    return json.loads((RESULTS / f"{name}.json").read_text())
 
 
 @pytest.mark.parametrize("regime", sorted(REGIMES))
@@ -75,8 +87,6 @@ def _cell_row(level, seed, task, delta):
 
 
 def test_lanes_merge_by_cell_and_conflicts_are_refused(tmp_path, capsys):
-    import json
-
     results, a, b = tmp_path / "rows", tmp_path / "a", tmp_path / "b"
     results.with_suffix(".json").write_text(json.dumps([_cell_row("base", 1, 0, 0.1)]))
     a.with_suffix(".json").write_text(json.dumps([_cell_row("base", 1, 0, 0.1), _cell_row("base", 1, 1, 0.2)]))
@@ -108,10 +118,8 @@ def test_lanes_merge_by_cell_and_conflicts_are_refused(tmp_path, capsys):
 def test_the_results_page_quotes_the_committed_weak_backbone_report():
     """docs/results.md's checksum and accuracies of the third regime's backbone are bench/results/weak_backbone.json's
     (the report bench.weak_backbone wrote; the weights themselves stay out of the repository)."""
-    import json
-
-    report = json.loads((REPO_ROOT / "bench" / "results" / "weak_backbone.json").read_text())
-    page = " ".join((REPO_ROOT / "docs" / "results.md").read_text().split())
+    report = backbone_report("weak_backbone")
+    page = results_page()
     assert f"`{report['backbone_sha256']}`" in page
     assert f"test accuracy {100 * report['test_acc_classes_50_99']:.1f}% on its own classes 50–99" in page
     assert f"linear probe {100 * report['linear_probe_acc_classes_0_49']:.1f}% on classes 0–49" in page
@@ -121,10 +129,8 @@ def test_the_results_page_quotes_the_committed_weak_backbone_report():
 def test_the_results_page_quotes_the_third_weak_backbone_build():
     """The build the combination's weak_cifar cells ran on: its report's checksum and accuracies, as the page
     quotes them (the weights stay out of the repository)."""
-    import json
-
-    report = json.loads((REPO_ROOT / "bench" / "results" / "weak_backbone_rebuild_xeon.json").read_text())
-    page = " ".join((REPO_ROOT / "docs" / "results.md").read_text().split())
+    report = backbone_report("weak_backbone_rebuild_xeon")
+    page = results_page()
     sha = report["backbone_sha256"]
     assert (f"`{sha}`, test accuracy {100 * report['test_acc_classes_50_99']:.1f}% on its own classes 50–99, "
             f"linear probe {100 * report['linear_probe_acc_classes_0_49']:.1f}% on classes 0–49") in page
@@ -134,20 +140,17 @@ def test_the_results_page_quotes_the_third_weak_backbone_build():
 def test_the_results_page_quotes_the_rebuilt_weak_backbone_and_its_base_cells():
     """The rebuild of the weak backbone on the second machine: its report's checksum and accuracies, and ``base``
     on it (seeds 1-5) against ``base`` on the grid's backbone, recomputed from the committed rows."""
-    import json
-
     from bench.row_merge import load_rows
     from bench.table_blocks import prose_interval as text
     from norga.summary_stats import describe, paired
 
-    results = REPO_ROOT / "bench" / "results"
-    report = json.loads((results / "weak_backbone_rebuild.json").read_text())
-    page = " ".join((REPO_ROOT / "docs" / "results.md").read_text().split())
+    report = backbone_report("weak_backbone_rebuild")
+    page = results_page()
     assert (f"sha256 `{report['backbone_sha256']}`, with test accuracy {100 * report['test_acc_classes_50_99']:.1f}%"
             f" on its own classes 50–99 and linear probe {100 * report['linear_probe_acc_classes_0_49']:.1f}% on "
             "classes 0–49") in page
-    rebuilt = rule.seed_deltas(load_rows(results / "weak_rebuild_base"), "weak_cifar", grid.BASE)
-    first = rule.seed_deltas(load_rows(results / "task_ablation"), "weak_cifar", grid.BASE)
+    rebuilt = rule.seed_deltas(load_rows(RESULTS / "weak_rebuild_base"), "weak_cifar", grid.BASE)
+    first = rule.seed_deltas(load_rows(RESULTS / "task_ablation"), "weak_cifar", grid.BASE)
     assert sorted(rebuilt) == sorted(first) == list(rule.GRID_SEEDS)
 
     new, old, diff = describe(list(rebuilt.values())), describe(list(first.values())), paired(rebuilt, first)[1]
@@ -158,8 +161,6 @@ def test_rows_name_their_backbone_and_a_cell_is_not_resumed_onto_another(tmp_pat
     """A new row carries the first 16 hex digits of its weights' sha256 (as metrics.json does); resuming the cell
     with other weights is refused, and rows written before backbones were recorded resume as before."""
     import hashlib
-    import json
-
     import bench.regime_data
 
     weights = tmp_path / "w.pt"
@@ -197,13 +198,11 @@ def test_the_report_names_each_regimes_backbones():
 def test_the_results_page_names_the_backbones_of_the_grids_unrecorded_rows(shared_dir):
     """The short checksums docs/results.md gives for the rows from before rows named their backbone: the first
     weak backbone's (its committed report) and the shared DINOv2 weights' (hashed here, as a new row would be)."""
-    import json
-
     from bench.regime_data import WEIGHTS_FILE
     from norga.engine.tracker import checkpoint_id
 
-    page = " ".join((REPO_ROOT / "docs" / "results.md").read_text().split())
-    weak = json.loads((REPO_ROOT / "bench" / "results" / "weak_backbone.json").read_text())["backbone_sha256"][:16]
+    page = results_page()
+    weak = backbone_report("weak_backbone")["backbone_sha256"][:16]
     assert f"weak_cifar rows are on the first backbone (`{weak}`)" in page
     dinov2 = checkpoint_id(shared_dir / WEIGHTS_FILE)
     assert f"cifar100_first rows on the DINOv2 weights of `../shared/weights` (`{dinov2}`)" in page
@@ -229,12 +228,12 @@ def test_the_official_regulariser_is_small_on_the_first_task():
     0.1 ("a few hundredths") in evidence."""
     from bench.row_merge import load_rows
 
-    rows = [r for r in load_rows(REPO_ROOT / "bench" / "results" / "task_ablation")
+    rows = [r for r in load_rows(RESULTS / "task_ablation")
             if r["task"] == 0 and report.regulariser_form(r) == "official"]
     largest = {regime: max(abs(v) for r in rows if r["regime"] == regime for v in r["reg_curve"])
                for regime in rule.GRID_REGIMES}
     assert largest["cifar100_first"] < 0.01 and largest["weak_cifar"] < 0.01 and 0.01 <= largest["evidence"] < 0.1
-    page = " ".join((REPO_ROOT / "docs" / "results.md").read_text().split())
+    page = results_page()
     assert ("In cifar100_first and weak_cifar the authors' regulariser stays below 0.01 in every epoch of every cell "
             "on task 0; in evidence it reaches a few hundredths in some cells") in page
 
@@ -270,9 +269,9 @@ def test_only_the_levels_that_change_the_probes_recipe_or_test_transform_move_th
     transforms leaves the frozen-feature probe identical to the base's on every seed (docs/results.md)."""
     from bench.row_merge import load_rows
 
-    rows = load_rows(REPO_ROOT / "bench" / "results" / "task_ablation")
+    rows = load_rows(RESULTS / "task_ablation")
     moved = report.probe_levels(rows)
     recipe = {"lr_x0.1", "lr_x10", "epochs_x0.5", "epochs_x2", "head_lr_x0.1", "head_lr_x10", "aug_swap"}
     assert set(moved) <= recipe and {"lr_x10", "head_lr_x10"} <= set(moved)
-    page = " ".join((REPO_ROOT / "docs" / "results.md").read_text().split())
+    page = results_page()
     assert "Every other level leaves the probe identical to the base's on every seed." in page
