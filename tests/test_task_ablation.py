@@ -126,35 +126,45 @@ def test_the_results_page_quotes_the_committed_weak_backbone_report():
     assert f"{report['epochs']} epochs" in page
 
 
+def base_on_a_rebuild_text(stem: str, first: str, rebuild: str) -> str:
+    """The page's sentence part comparing ``base`` (seeds 1-5) on a rebuilt weak backbone with ``base`` on the
+    grid's (first) backbone, recomputed from the committed rows ``bench/results/<stem>.json``; checks the rows
+    cover the grid's seeds. ``first`` and ``rebuild`` name the two builds as the page does."""
+    from bench.row_merge import load_rows
+    from bench.table_blocks import prose_interval as text
+    from norga.summary_stats import describe, paired
+
+    rebuilt = rule.seed_deltas(load_rows(RESULTS / stem), "weak_cifar", grid.BASE)
+    grids = rule.seed_deltas(load_rows(RESULTS / "task_ablation"), "weak_cifar", grid.BASE)
+    assert sorted(rebuilt) == sorted(grids) == list(rule.GRID_SEEDS)
+    new, old, diff = describe(list(rebuilt.values())), describe(list(grids.values())), paired(rebuilt, grids)[1]
+    return f"delta {text(new)} against {text(old)} on {first}; paired ({rebuild} − first) {text(diff)}"
+
+
 def test_the_results_page_quotes_the_third_weak_backbone_build():
-    """The build the combination's weak_cifar cells ran on: its report's checksum and accuracies, as the page
-    quotes them (the weights stay out of the repository)."""
+    """The build the combination's weak_cifar cells ran on: its report's checksum and accuracies as the page quotes
+    them (the weights stay out of the repository), and ``base`` on it against the grid's backbone."""
+    from bench.row_merge import load_rows
+
     report = backbone_report("weak_backbone_rebuild_xeon")
-    page = results_page()
+    page = " ".join(results_page().split())
     sha = report["backbone_sha256"]
     assert (f"`{sha}`, test accuracy {100 * report['test_acc_classes_50_99']:.1f}% on its own classes 50–99, "
             f"linear probe {100 * report['linear_probe_acc_classes_0_49']:.1f}% on classes 0–49") in page
     assert f"(`backbone` `{sha[:16]}`)" in page
+    assert {r["backbone"] for r in load_rows(RESULTS / "weak_rebuild_xeon_base")} == {sha[:16]}
+    assert base_on_a_rebuild_text("weak_rebuild_xeon_base", "the first build", "third") in page
 
 
 def test_the_results_page_quotes_the_rebuilt_weak_backbone_and_its_base_cells():
     """The rebuild of the weak backbone on the second machine: its report's checksum and accuracies, and ``base``
     on it (seeds 1-5) against ``base`` on the grid's backbone, recomputed from the committed rows."""
-    from bench.row_merge import load_rows
-    from bench.table_blocks import prose_interval as text
-    from norga.summary_stats import describe, paired
-
     report = backbone_report("weak_backbone_rebuild")
-    page = results_page()
+    page = " ".join(results_page().split())
     assert (f"sha256 `{report['backbone_sha256']}`, with test accuracy {100 * report['test_acc_classes_50_99']:.1f}%"
             f" on its own classes 50–99 and linear probe {100 * report['linear_probe_acc_classes_0_49']:.1f}% on "
             "classes 0–49") in page
-    rebuilt = rule.seed_deltas(load_rows(RESULTS / "weak_rebuild_base"), "weak_cifar", grid.BASE)
-    first = rule.seed_deltas(load_rows(RESULTS / "task_ablation"), "weak_cifar", grid.BASE)
-    assert sorted(rebuilt) == sorted(first) == list(rule.GRID_SEEDS)
-
-    new, old, diff = describe(list(rebuilt.values())), describe(list(first.values())), paired(rebuilt, first)[1]
-    assert f"delta {text(new)} against {text(old)} on the first; paired (rebuild − first) {text(diff)}" in page
+    assert base_on_a_rebuild_text("weak_rebuild_base", "the first", "rebuild") in page
 
 
 def test_rows_name_their_backbone_and_a_cell_is_not_resumed_onto_another(tmp_path, monkeypatch):
