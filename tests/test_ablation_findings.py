@@ -88,15 +88,13 @@ def test_the_combination_on_fresh_seeds_as_the_section_quotes_it(rows, section):
     """The combination's delta on seeds 6-10 (one decimal, as the generated table): unresolved on evidence and on
     weak_cifar (the third backbone build), below the probe on cifar100_first, so it wins nowhere and the rule's
     decision is no recipe."""
-    shown = {}
-    for regime in rule.GRID_REGIMES:
-        e = describe(list(rule.seed_deltas(rows, regime, grid.COMBINATION).values()))
-        assert e.n == len(rule.FRESH_SEEDS), regime
-        shown[regime] = (typographic(rule.combination_text(e)), sign_of(e))
-    assert {regime: sign for regime, (_, sign) in shown.items()} == \
-        {"evidence": 0, "weak_cifar": 0, "cifar100_first": -1}
-    assert (f"{shown['evidence'][0]} on evidence and {shown['weak_cifar'][0]} on weak_cifar (on the third "
-            f"weak-backbone build, above), neither resolved, and {shown['cifar100_first'][0]} on cifar100_first, "
+    fresh = {regime: describe(list(rule.seed_deltas(rows, regime, grid.COMBINATION).values()))
+             for regime in rule.GRID_REGIMES}
+    assert {regime: e.n for regime, e in fresh.items()} == dict.fromkeys(rule.GRID_REGIMES, len(rule.FRESH_SEEDS))
+    assert {regime: sign_of(e) for regime, e in fresh.items()} == {"evidence": 0, "weak_cifar": 0, "cifar100_first": -1}
+    shown = {regime: typographic(rule.combination_text(e)) for regime, e in fresh.items()}
+    assert (f"{shown['evidence']} on evidence and {shown['weak_cifar']} on weak_cifar (on the third "
+            f"weak-backbone build, above), neither resolved, and {shown['cifar100_first']} on cifar100_first, "
             "below the probe") in section
     assert {r["backbone"] for r in rows if r["level"] == grid.COMBINATION and r["regime"] == "weak_cifar"} == \
         {"fcb5c24edfdffc52"}

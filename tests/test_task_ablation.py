@@ -12,8 +12,11 @@ from bench import ablation_report as report
 from bench import ablation_rule as rule
 from bench import task_ablation as ta
 from bench.regimes import REGIMES
+from bench.row_merge import load_rows
+from bench.table_blocks import prose_interval as text
 from conftest import REPO_ROOT, SMOKE
 from norga.config import load_config
+from norga.summary_stats import describe, paired
 
 EXTRA = ["data.root=data.npz", "model.checkpoint=w.pt"]  # never read: configs are only loaded here
 RESULTS = REPO_ROOT / "bench" / "results"
@@ -27,6 +30,12 @@ def results_page() -> str:
 def backbone_report(name: str) -> dict:
     """A weak-backbone report committed as bench/results/<name>.json."""
     return json.loads((RESULTS / f"{name}.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def grid_rows():
+    """The committed rows of the grid and the combination, bench/results/task_ablation.json."""
+    return load_rows(RESULTS / "task_ablation")
 
 
 @pytest.mark.parametrize("regime", sorted(REGIMES))
@@ -118,53 +127,49 @@ def test_lanes_merge_by_cell_and_conflicts_are_refused(tmp_path, capsys):
 def test_the_results_page_quotes_the_committed_weak_backbone_report():
     """docs/results.md's checksum and accuracies of the third regime's backbone are bench/results/weak_backbone.json's
     (the report bench.weak_backbone wrote; the weights themselves stay out of the repository)."""
-    report = backbone_report("weak_backbone")
+    build = backbone_report("weak_backbone")
     page = results_page()
-    assert f"`{report['backbone_sha256']}`" in page
-    assert f"test accuracy {100 * report['test_acc_classes_50_99']:.1f}% on its own classes 50–99" in page
-    assert f"linear probe {100 * report['linear_probe_acc_classes_0_49']:.1f}% on classes 0–49" in page
-    assert f"{report['epochs']} epochs" in page
+    assert f"`{build['backbone_sha256']}`" in page
+    assert f"test accuracy {100 * build['test_acc_classes_50_99']:.1f}% on its own classes 50–99" in page
+    assert f"linear probe {100 * build['linear_probe_acc_classes_0_49']:.1f}% on classes 0–49" in page
+    assert f"{build['epochs']} epochs" in page
 
 
-def base_on_a_rebuild_text(stem: str, first: str, rebuild: str) -> str:
-    """The page's sentence part comparing ``base`` (seeds 1-5) on a rebuilt weak backbone with ``base`` on the
-    grid's (first) backbone, recomputed from the committed rows ``bench/results/<stem>.json``; checks the rows
-    cover the grid's seeds. ``first`` and ``rebuild`` name the two builds as the page does."""
-    from bench.row_merge import load_rows
-    from bench.table_blocks import prose_interval as text
-    from norga.summary_stats import describe, paired
-
-    rebuilt = rule.seed_deltas(load_rows(RESULTS / stem), "weak_cifar", grid.BASE)
-    grids = rule.seed_deltas(load_rows(RESULTS / "task_ablation"), "weak_cifar", grid.BASE)
+def base_on_a_rebuild_text(rebuilt_rows: list, grid_rows: list, first: str, rebuild: str) -> str:
+    """The page's sentence part comparing ``base`` (seeds 1-5) on a rebuilt weak backbone (``rebuilt_rows``) with
+    ``base`` on the grid's (first) backbone; checks both cover the grid's seeds. ``first`` and ``rebuild`` name
+    the two builds as the page does."""
+    rebuilt = rule.seed_deltas(rebuilt_rows, "weak_cifar", grid.BASE)
+    grids = rule.seed_deltas(grid_rows, "weak_cifar", grid.BASE)
     assert sorted(rebuilt) == sorted(grids) == list(rule.GRID_SEEDS)
     new, old, diff = describe(list(rebuilt.values())), describe(list(grids.values())), paired(rebuilt, grids)[1]
     return f"delta {text(new)} against {text(old)} on {first}; paired ({rebuild} − first) {text(diff)}"
 
 
-def test_the_results_page_quotes_the_third_weak_backbone_build():
+def test_the_results_page_quotes_the_third_weak_backbone_build(grid_rows):
     """The build the combination's weak_cifar cells ran on: its report's checksum and accuracies as the page quotes
     them (the weights stay out of the repository), and ``base`` on it against the grid's backbone."""
-    from bench.row_merge import load_rows
-
-    report = backbone_report("weak_backbone_rebuild_xeon")
-    page = " ".join(results_page().split())
-    sha = report["backbone_sha256"]
-    assert (f"`{sha}`, test accuracy {100 * report['test_acc_classes_50_99']:.1f}% on its own classes 50–99, "
-            f"linear probe {100 * report['linear_probe_acc_classes_0_49']:.1f}% on classes 0–49") in page
+    build = backbone_report("weak_backbone_rebuild_xeon")
+    page = results_page()
+    sha = build["backbone_sha256"]
+    assert (f"`{sha}`, test accuracy {100 * build['test_acc_classes_50_99']:.1f}% on its own classes 50–99, "
+            f"linear probe {100 * build['linear_probe_acc_classes_0_49']:.1f}% on classes 0–49") in page
     assert f"(`backbone` `{sha[:16]}`)" in page
-    assert {r["backbone"] for r in load_rows(RESULTS / "weak_rebuild_xeon_base")} == {sha[:16]}
-    assert base_on_a_rebuild_text("weak_rebuild_xeon_base", "the first build", "third") in page
+    third = load_rows(RESULTS / "weak_rebuild_xeon_base")
+    assert {r["backbone"] for r in third} == {sha[:16]}
+    assert base_on_a_rebuild_text(third, grid_rows, "the first build", "third") in page
 
 
-def test_the_results_page_quotes_the_rebuilt_weak_backbone_and_its_base_cells():
+def test_the_results_page_quotes_the_rebuilt_weak_backbone_and_its_base_cells(grid_rows):
     """The rebuild of the weak backbone on the second machine: its report's checksum and accuracies, and ``base``
     on it (seeds 1-5) against ``base`` on the grid's backbone, recomputed from the committed rows."""
-    report = backbone_report("weak_backbone_rebuild")
-    page = " ".join(results_page().split())
-    assert (f"sha256 `{report['backbone_sha256']}`, with test accuracy {100 * report['test_acc_classes_50_99']:.1f}%"
-            f" on its own classes 50–99 and linear probe {100 * report['linear_probe_acc_classes_0_49']:.1f}% on "
+    build = backbone_report("weak_backbone_rebuild")
+    page = results_page()
+    assert (f"sha256 `{build['backbone_sha256']}`, with test accuracy {100 * build['test_acc_classes_50_99']:.1f}%"
+            f" on its own classes 50–99 and linear probe {100 * build['linear_probe_acc_classes_0_49']:.1f}% on "
             "classes 0–49") in page
-    assert base_on_a_rebuild_text("weak_rebuild_base", "the first", "rebuild") in page
+    rebuilt = load_rows(RESULTS / "weak_rebuild_base")
+    assert base_on_a_rebuild_text(rebuilt, grid_rows, "the first", "rebuild") in page
 
 
 def test_rows_name_their_backbone_and_a_cell_is_not_resumed_onto_another(tmp_path, monkeypatch):
@@ -232,14 +237,11 @@ def test_the_regulariser_table_groups_rows_by_the_form_their_wtp_used():
                                                 "| r | official | 1 | 1 | 2 | 1 | 1 |"]
 
 
-def test_the_official_regulariser_is_small_on_the_first_task():
+def test_the_official_regulariser_is_small_on_the_first_task(grid_rows):
     """docs/results.md's claims, on the committed rows: on task 0 the authors' regulariser (a self-contrast of
     unnormalised features) stays below 0.01 in every epoch of every cell of cifar100_first and weak_cifar, and below
     0.1 ("a few hundredths") in evidence."""
-    from bench.row_merge import load_rows
-
-    rows = [r for r in load_rows(RESULTS / "task_ablation")
-            if r["task"] == 0 and report.regulariser_form(r) == "official"]
+    rows = [r for r in grid_rows if r["task"] == 0 and report.regulariser_form(r) == "official"]
     largest = {regime: max(abs(v) for r in rows if r["regime"] == regime for v in r["reg_curve"])
                for regime in rule.GRID_REGIMES}
     assert largest["cifar100_first"] < 0.01 and largest["weak_cifar"] < 0.01 and 0.01 <= largest["evidence"] < 0.1
@@ -274,13 +276,10 @@ def test_level_minus_base_splits_into_psi_and_probe_by_hand():
     assert report.probe_lines(rows, ("r",))[2].startswith("| lr_x10 | ψ -5.00 [")
 
 
-def test_only_the_levels_that_change_the_probes_recipe_or_test_transform_move_the_probe():
+def test_only_the_levels_that_change_the_probes_recipe_or_test_transform_move_the_probe(grid_rows):
     """The committed rows: a level that changes neither WTP's head recipe (epochs, lr, head-lr ratio) nor the
     transforms leaves the frozen-feature probe identical to the base's on every seed (docs/results.md)."""
-    from bench.row_merge import load_rows
-
-    rows = load_rows(RESULTS / "task_ablation")
-    moved = report.probe_levels(rows)
+    moved = report.probe_levels(grid_rows)
     recipe = {"lr_x0.1", "lr_x10", "epochs_x0.5", "epochs_x2", "head_lr_x0.1", "head_lr_x10", "aug_swap"}
     assert set(moved) <= recipe and {"lr_x10", "head_lr_x10"} <= set(moved)
     page = results_page()
