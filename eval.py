@@ -4,11 +4,11 @@
 
 Recomputes the accuracy matrix (class-incremental, task-incremental, TII) of every
 completed task and prints FA/CA/FM; writes DIR/eval.json by default. Same as
-``norga eval ...`` (see norga/cli.py).
+``norga eval ...`` (see norga/commands/cli.py).
 """
 import sys
 
-from norga.cli import eval_main
+from norga.commands.cli import eval_main
 
 main = eval_main
 

@@ -2,11 +2,11 @@
 
     python train.py --config configs/smoke.yaml --output-dir runs/smoke [--set wtp.epochs=3 ...] [--dry-run] [--force]
 
-Same as ``norga train ...`` (see norga/cli.py).
+Same as ``norga train ...`` (see norga/commands/cli.py).
 """
 import sys
 
-from norga.cli import train_main
+from norga.commands.cli import train_main
 
 main = train_main
 

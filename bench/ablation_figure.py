@@ -12,7 +12,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from bench.ablation_grid import BASE, COMBINATION, LEVELS
-from norga.plot_scales import figure, save_png
+from norga.reports.plot_scales import figure, save_png
 
 TERMS = (("ce_curve", "cross-entropy"), ("reg_curve", "regulariser"))
 

@@ -19,7 +19,7 @@ from typing import Dict, List, Sequence, Tuple
 from bench.ablation_grid import BASE, LEVELS
 from bench.ablation_rule import (GRID_REGIMES, combination_lines, factor_lines, level_lines, mean_of,
                                  minus_base, paired_text, progress_lines, seed_deltas)
-from norga.summary_stats import difference_text
+from norga.reports.summary_stats import difference_text
 
 PARTS = (("delta", "delta"), ("til_prompted", "ψ (prompted TIL)"), ("til_probe", "probe (frozen TIL)"))
 ADDED = "added 2026-11-27 after 176 of 255 cells; not part of the rule"

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from bench.ablation_grid import BASE, COMBINATION, FACTORS, LEVELS, combination_levels
-from norga.summary_stats import Estimate, describe, difference_text, paired, sign_of, table_head
+from norga.reports.summary_stats import Estimate, describe, difference_text, paired, sign_of, table_head
 
 TASKS = (0, 1)
 GRID_REGIMES = ("evidence", "cifar100_first", "weak_cifar")

@@ -33,7 +33,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from bench.regimes import REGIMES
 from norga.config import read_config_file
-from norga.summary_stats import describe, difference_text, paired, table_head
+from norga.reports.summary_stats import describe, difference_text, paired, table_head
 
 EVIDENCE = REGIMES["evidence"]
 MOE_METHODS = ("lora_moe", "mh_moe")

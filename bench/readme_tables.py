@@ -21,7 +21,7 @@ from bench.moe_arms import routing_lines, routing_pair_lines
 from bench.regimes import REPO
 from bench.row_merge import load_rows, rows_path
 from bench.table_blocks import BLOCK_MISSING, MARKER, Results, block, render, stale_blocks
-from norga.summary_stats import sign_of, table_head
+from norga.reports.summary_stats import sign_of, table_head
 
 
 MATCHED = ["lora_moe", "mh_moe", "lora_moe_k16_top5"]

@@ -35,7 +35,7 @@ from bench.regime_data import regime_extra
 from bench.moe_arms import is_moe_arm, routing_fields, routing_lines, routing_pair_lines
 from bench.regimes import REGIMES, REPO, Regime
 from norga.files import atomic_write_bytes
-from norga.summary_stats import describe, difference_text, paired, table_head
+from norga.reports.summary_stats import describe, difference_text, paired, table_head
 
 STAT_COLUMNS = ("FA", "CA", "FM", "TIL_FA")
 
@@ -171,7 +171,7 @@ def statistics_lines(stats: dict) -> List[str]:
 
 
 class _Arm:
-    """Adapter for norga.plots.comparison_figure: an arm's rows as a group of runs (values in %)."""
+    """Adapter for norga.reports.plots.comparison_figure: an arm's rows as a group of runs (values in %)."""
 
     def __init__(self, name: str, rows: List[dict]):
         self.name, self.rows = name, [r for r in rows if r["run"] == name]
@@ -198,7 +198,7 @@ def save_results(rows: List[dict], regime: Regime, stem: Path, header: str) -> N
     atomic_write_bytes(result_file(stem, ".md"), text.encode())
     arms = [_Arm(a, rows) for a in regime.all_arms() if any(r["run"] == a for r in rows)]
     if arms:
-        from norga.plots import comparison_figure
+        from norga.reports.plots import comparison_figure
 
         pair = next(iter(stats["pairs"].items()), None)
         pair_arg = None

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import List, Tuple
 
 from bench.real_data_cpu import by_seed as _by_seed
-from norga.summary_stats import describe, difference_text, paired, table_head
+from norga.reports.summary_stats import describe, difference_text, paired, table_head
 
 OLD_ROWS = "@shared_stream"  # old rows of a complete re-run
 PENDING_ROWS = "@named_streams"  # new rows of a re-run under way

@@ -43,11 +43,11 @@ PRE-REGISTERED (written 2026-11-26, before any run of this bench; not changed af
 
 * Seeds 42, 40, 44 (the paper's); more seeds may be added, every seed with both schedules finished counts.
 * Statistic: per method and metric M in {FA, CA, FM}, the paired difference cut − full over those seeds, its mean
-  and 95% Student-t interval [L, H] (``norga.summary_stats.paired``), in points.
+  and 95% Student-t interval [L, H] (``norga.reports.summary_stats.paired``), in points.
 * Expected range of the quick GPU cell: ``[P + L − 2·S, P + H + 2·S]``, with P ± S the published full-schedule
   mean ± std of the same method in ``configs/reproduce/paper.yaml`` (Table 1, Split CIFAR-100, Sup-21K; a std the
   paper does not print counts as 0), clipped to what M can take (FA, CA in [0, 100] %, FM in [−100, 100]
-  points; ``norga.summary_stats.BOUNDS``), then rounded outward to 0.1.
+  points; ``norga.reports.summary_stats.BOUNDS``), then rounded outward to 0.1.
 * ``--write-expected`` writes these ranges into the manifest's ``expected:`` fields only when every method has at
   least 3 paired seeds, and refuses otherwise naming the missing rows.
 """

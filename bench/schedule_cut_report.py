@@ -15,7 +15,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from bench.row_merge import result_file, save_rows
 from norga.files import atomic_write_bytes
 from norga.reproduce.manifest import DEFAULT_MANIFEST, METRICS, Cell, load_manifest
-from norga.summary_stats import BOUNDS, Estimate, describe, difference_text, paired, table_head
+from norga.reports.summary_stats import BOUNDS, Estimate, describe, difference_text, paired, table_head
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEDULES = ("full", "cut")

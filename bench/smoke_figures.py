@@ -42,7 +42,7 @@ COMMAND = "norga train --config configs/smoke.yaml --output-dir runs/smoke"
 
 
 def complete_line(m: dict) -> str:
-    """The line ``norga train`` ends with (norga/cli.py), without the path."""
+    """The line ``norga train`` ends with (norga/commands/cli.py), without the path."""
     return (f"run complete: FA {m['FA']:.4f}  CA {m['CA']:.4f}  FM {m['FM']:.4f} "
             f"({m['completed_tasks']} of {m['num_tasks']} tasks)")
 

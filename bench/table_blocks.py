@@ -19,7 +19,7 @@ from functools import cached_property
 from typing import Callable, Dict, List
 
 from bench import real_data_cpu
-from norga.summary_stats import Estimate, difference_text
+from norga.reports.summary_stats import Estimate, difference_text
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """MkDocs hooks of the docs site (``mkdocs.yml``: ``hooks: [docs/hooks.py]``).
 
 * The configs page's ``<!-- config-reference -->`` marker becomes the reference generated from the config
-  dataclasses (:mod:`norga.config_reference`), so the published reference is the code's.
+  dataclasses (:mod:`norga.commands.config_reference`), so the published reference is the code's.
 * The changelog page shows the repository's ``CHANGELOG.md``.
 * The benchmark figures committed under ``bench/results/`` are served at ``bench-results/<name>.png``, so
   the pages show the figures the benchmark scripts wrote, never a copy.
@@ -25,7 +25,7 @@ def on_files(files, config):
 
 def on_page_markdown(markdown, page, config, files):
     if MARKER in markdown:
-        from norga.config_reference import reference
+        from norga.commands.config_reference import reference
 
         markdown = markdown.replace(MARKER, reference())
     if CHANGELOG in markdown:  # CHANGELOG.md lives at the repository root; the site shows it without a copy

@@ -1,6 +1,6 @@
 """``python -m norga`` = the ``norga`` command (train, eval, summarize, list)."""
 import sys
 
-from .cli import main
+from .commands.cli import main
 
 sys.exit(main())

@@ -65,7 +65,7 @@ def assert_kill_then_resume_matches(args_of, spec: str, tmp: Path) -> None:
     """A run killed by fault ``spec`` and resumed ends with the uninterrupted run's metrics (``args_of(out)``)."""
     import json
 
-    from norga.cli import main as norga
+    from norga.commands.cli import main as norga
     from norga.engine.run_folder import RunDir
 
     reference, out = tmp / "ref", tmp / "run"
@@ -190,7 +190,7 @@ def main(argv: List[str]) -> int:
         _kill_in_bar(target, int(arg))
     else:
         _kill_in_write(target, arg)
-    from norga.cli import train_main
+    from norga.commands.cli import train_main
 
     return train_main(rest)
 

@@ -10,7 +10,7 @@ from bench import ablation_grid as grid
 from bench import ablation_rule as rule
 from bench.row_merge import load_rows
 from bench.table_blocks import prose_interval as text, typographic
-from norga.summary_stats import describe, sign_of
+from norga.reports.summary_stats import describe, sign_of
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 KEYS = {"delta": "delta", "ψ": "til_prompted", "probe": "til_probe"}

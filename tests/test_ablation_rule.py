@@ -207,7 +207,7 @@ def test_the_level_table_says_so_while_no_level_can_be_paired_with_the_base():
 
 
 def test_paired_text_marks_a_resolved_difference_unless_the_prose_says_so_itself():
-    from norga.summary_stats import describe
+    from norga.reports.summary_stats import describe
 
     resolved, open_ = describe([1.0, 1.2, 1.4]), describe([-1.0, 1.0, 0.5])
     # mean 1.2, std 0.2, t(0.975, 2) = 4.303: half-width 4.303 * 0.2 / sqrt(3) = 0.497

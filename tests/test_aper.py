@@ -80,7 +80,7 @@ def test_concat_cosine_by_hand():
 
 @pytest.fixture(scope="module")
 def aper_run(tmp_path_factory):
-    from norga.cli import train_main
+    from norga.commands.cli import train_main
 
     out = tmp_path_factory.mktemp("runs") / "aper"
     assert train_main(["--config", str(APER_SMOKE), "--output-dir", str(out)]) == 0

@@ -13,7 +13,7 @@ import pytest
 
 from faults import ENV, REPO, train_args
 from norga import __version__
-from norga.cli import main as norga
+from norga.commands.cli import main as norga
 
 
 def python(code: str) -> subprocess.CompletedProcess:
@@ -33,7 +33,7 @@ def test_console_script_is_declared():
         scripts = [e for e in distribution("norga").entry_points if e.group == "console_scripts"]
     except PackageNotFoundError:
         pytest.skip("norga is not installed (pip install -e .)")
-    assert [(e.name, e.value) for e in scripts] == [("norga", "norga.cli:main")]
+    assert [(e.name, e.value) for e in scripts] == [("norga", "norga.commands.cli:main")]
 
 
 def test_list_names_every_registered_item(capsys):
@@ -57,7 +57,7 @@ def test_list_names_every_registered_item(capsys):
     (["--output-dir", "README.md"], "output folder README.md exists and is not a folder"),
 ])
 def test_config_errors_come_before_torch_is_imported(args, message, tmp_path):
-    code = (f"import sys, time; t = time.time(); from norga.cli import main; "
+    code = (f"import sys, time; t = time.time(); from norga.commands.cli import main; "
             f"rc = main(['train', *{train_args(tmp_path / 'run')!r}, *{args!r}]); "
             "print(rc, 'torch' in sys.modules, 'timm' in sys.modules, round(time.time() - t, 2))")
     done = python(code)
@@ -72,14 +72,14 @@ def test_summarize_is_delegated_lazily(capsys, monkeypatch):
         with pytest.raises(SystemExit) as done:
             norga(["summarize", "--help"])
         assert done.value.code == 0 and "summarize" in capsys.readouterr().out
-    monkeypatch.setitem(sys.modules, "norga.summarize", None)  # as if the module were absent
+    monkeypatch.setitem(sys.modules, "norga.reports.summarize", None)  # as if the module were absent
     assert norga(["summarize", "runs/x"]) == 2
     assert "'norga summarize' is not available" in capsys.readouterr().err
 
 
 def _has_summarize() -> bool:
     try:
-        import norga.summarize  # noqa: F401
+        import norga.reports.summarize  # noqa: F401
     except ImportError:
         return False
     return True

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from test_data_layouts import cub_root, five_root, save_image  # noqa: F401  (fixtures)
 
-from norga.cli import main
+from norga.commands.cli import main
 from norga.data import DataError, build_benchmark
 from norga.data.prepare import PARTIAL, PREPARERS, get_preparer
 

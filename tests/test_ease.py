@@ -89,7 +89,7 @@ def test_subspace_weights_by_hand():
 
 @pytest.fixture(scope="module")
 def ease_run(tmp_path_factory):
-    from norga.cli import train_main
+    from norga.commands.cli import train_main
 
     out = tmp_path_factory.mktemp("runs") / "ease"
     assert train_main(["--config", str(EASE_SMOKE), "--output-dir", str(out)]) == 0

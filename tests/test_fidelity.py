@@ -17,7 +17,7 @@ from norga.toolkit.schedules import epoch_scheduler, lr_factor
 from norga.toolkit.stages import contrastive_regulariser, official_contrastive_regulariser
 from norga.data.benchmark import grouped_class_order, resolve_class_order
 from norga.data.transforms import CIFAR_MEAN, CIFAR_STD, build_transforms, task_recipes
-from norga.fidelity import ITEMS, KEPT_OURS, differing_items, fidelity_report
+from norga.config.fidelity import ITEMS, KEPT_OURS, differing_items, fidelity_report
 
 REPO = Path(__file__).resolve().parents[1]
 PAPER_CONFIGS = sorted(REPO.glob("configs/*_norga.yaml")) + sorted(REPO.glob("configs/*_hideprompt.yaml"))

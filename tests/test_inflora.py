@@ -10,7 +10,7 @@ import torch
 
 from conftest import (assert_predictions_per_sample, assert_reevaluation_identical, build_run_parts,
                       checkpoint_method_state, loaders_of, tiny_vit)
-from norga.cli import main as norga
+from norga.commands.cli import main as norga
 from norga.config import ConfigError, load_config
 from norga.methods.inflora import (design_down, first_memory, grow_memory, settle_memory, threshold_at,
                                    update_memory)

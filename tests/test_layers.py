@@ -14,17 +14,14 @@ PACKAGE = Path(__file__).resolve().parents[1] / "norga"
 
 # Lowest first. A module may import modules of its own layer or of lower layers only.
 LAYERS: List[List[str]] = [
-    ["norga", "norga._version", "norga.errors", "norga.registry", "norga.files", "norga.config", "norga.metrics",
-     "norga.summary_stats", "norga.fidelity", "norga.environment",
-     "norga.guard", "norga.problems"],  # foundation: torch-free
+    ["norga", "norga._version", "norga.errors", "norga.registry", "norga.files", "norga.config"],  # foundation: torch-free
     ["norga.data"],
     ["norga.models"],
     ["norga.toolkit"],  # what methods are built from
     ["norga.methods"],
-    ["norga.plots", "norga.plot_scales", "norga.plot_compare", "norga.summary_runs", "norga.summarize"],  # reports
+    ["norga.reports"],  # metrics, statistics, figures, norga summarize
     ["norga.engine"],  # the task loop and everything about a run, above the methods
-    ["norga.reproduce"],  # grids of runs from a manifest (the paper's tables), above the engine
-    ["norga.cli", "norga.__main__", "norga.config_reference", "norga.preflight", "norga.data_command"],  # commands
+    ["norga.commands", "norga.__main__", "norga.reproduce"],  # the commands; norga reproduce (grids of runs) is one
     ["norga.theory"],  # stand-alone numerical checks of the papers (they use the real gates)
 ]
 
@@ -119,4 +116,4 @@ def test_the_cycle_finder_and_the_layer_rule_can_fail():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) is None
     assert layer_of("norga.engine.task_loop") > layer_of("norga.methods.base") > layer_of("norga.toolkit.training")
-    assert layer_of("norga.config") == 0 and layer_of("norga.cli") > layer_of("norga.engine")
+    assert layer_of("norga.config") == 0 and layer_of("norga.commands.cli") > layer_of("norga.engine")

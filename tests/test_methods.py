@@ -109,7 +109,7 @@ def test_the_shared_loop_sums_pluggable_terms_and_names_the_lr_key_on_divergence
 
 
 GENERIC = ["norga/engine/task_loop.py", "norga/engine/evaluate.py", "norga/engine/lifecycle.py",
-           "norga/engine/run_folder.py", "norga/metrics.py", "norga/toolkit/training.py"]
+           "norga/engine/run_folder.py", "norga/reports/metrics.py", "norga/toolkit/training.py"]
 METHOD_TOKENS = {"gate", "gates", "wtp", "tap", "hideprompt", "pool", "alpha", "tau"}  # whole words
 METHOD_PARTS = ("tii_head", "task_prompt", "prompt_length", "hide-prompt", "norga_gate")
 

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from norga.metrics import summarize
+from norga.reports.metrics import summarize
 
 # S[i][t]: accuracy on task i after task t (None where t < i)
 S = [
@@ -51,7 +51,7 @@ def test_fm_official_counts_the_last_column_in_the_max_by_hand():
 
 
 def test_coda_forgetting_is_the_mean_one_step_drop_by_hand():
-    from norga.metrics import as_matrix, forgetting_coda
+    from norga.reports.metrics import as_matrix, forgetting_coda
     S = [[0.5, 0.8, 0.6], [None, 0.6, 0.7], [None, None, 0.9]]
     # t=1: (0.5 - 0.8) / 1 = -0.3; t=2: ((0.8 - 0.6) + (0.6 - 0.7)) / 2 = 0.05; mean over t: -0.125
     assert math.isclose(forgetting_coda(as_matrix(S)), -0.125)

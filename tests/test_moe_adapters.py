@@ -168,7 +168,7 @@ def test_adapters_train_backbone_stays_frozen_and_metrics_describe_it(moe_run):
 def test_route_report_is_stored_plotted_and_consistent(moe_run, capsys):
     import json
 
-    from norga.cli import main as norga
+    from norga.commands.cli import main as norga
 
     cfg, out, _ = moe_run
     assert norga(["routes", "--run", str(out), "--bins", "3"]) == 0

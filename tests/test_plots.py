@@ -9,8 +9,8 @@ import matplotlib.image
 import numpy as np
 import pytest
 
-from norga import plots
-from norga.plots import PLOT_DIR, RUN_PLOTS, percent_matrix, running_average, write_run_plots
+from norga.reports import plots
+from norga.reports.plots import PLOT_DIR, RUN_PLOTS, percent_matrix, running_average, write_run_plots
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 REPO = Path(__file__).resolve().parents[1]
@@ -99,7 +99,7 @@ SMOKE_LIKE = {  # the smoke run's matrices (94-100 %): on a 0-100 scale every ce
 
 
 def test_data_limits_fit_the_finite_values_inside_the_percent_range():
-    from norga.plot_scales import data_limits
+    from norga.reports.plot_scales import data_limits
 
     assert data_limits([94.0, 100.0, np.nan]) == pytest.approx((93.4, 100.0))  # padded, moved below 100
     assert data_limits([40.0, 60.0]) == pytest.approx((39.0, 61.0))  # 5 % of the span each side

@@ -12,7 +12,7 @@ import pytest
 from PIL import Image
 
 from faults import ENV, REPO, SMOKE, assert_one_line_error, error_lines
-from norga.cli import main as norga
+from norga.commands.cli import main as norga
 from norga.config import ConfigError, load_config
 from norga.config.gate_options import ACTIVATION_NAMES, GATE_OPTIONS
 from norga.config.loading import parse_yaml
@@ -26,7 +26,7 @@ def cli(capsys, *argv: str):
 
 # ---- config mistakes before torch -----------------------------------------------------------------
 def test_gate_mistakes_are_reported_before_torch_is_imported():
-    code = ("import sys\nfrom norga.cli import main\n"
+    code = ("import sys\nfrom norga.commands.cli import main\n"
             f"rc = main(['train', '--config', {str(SMOKE)!r}, '--set', 'method.gate.name=norgaa'])\n"
             "rc2 = main(['train', '--config', " + repr(str(SMOKE)) + ", '--set', 'method.gate.activation=relu'])\n"
             "print(rc, rc2, 'torch' in sys.modules)")
@@ -125,7 +125,7 @@ def test_a_sample_is_seeded_and_a_truncated_image_is_found(tmp_path):
 
 # ---- environment ------------------------------------------------------------------------------------
 def test_version_rules_name_the_matching_torchvision():
-    from norga.environment import version_problems
+    from norga.commands.environment import version_problems
 
     assert version_problems({"torch": "2.5.1", "torchvision": "0.20.1", "timm": "1.0"}) == []
     [mixed] = version_problems({"torch": "2.5.1+cpu", "torchvision": "0.20.1", "timm": "1.0"})
@@ -138,7 +138,7 @@ def test_version_rules_name_the_matching_torchvision():
 
 
 def test_a_broken_torchvision_is_one_line_naming_the_fix(monkeypatch, tmp_path, capsys):
-    from norga import environment
+    from norga.commands import environment
 
     real = importlib.import_module
 
@@ -185,7 +185,7 @@ def test_a_folder_named_norga_beside_a_script_does_not_break_a_run(tmp_path):
 def test_an_error_starts_on_its_own_line_after_a_progress_bar(capsys):
     from tqdm import tqdm
 
-    from norga.cli import guarded
+    from norga.commands.cli import guarded
     from norga.errors import NorgaError
 
     bar = tqdm(total=10, desc="WTP", leave=False)

@@ -75,7 +75,7 @@ def test_every_docs_page_is_in_the_site_navigation():
 
 def test_the_generated_config_reference_covers_every_key_with_help():
     from norga.config import Config, method_configs
-    from norga.config_reference import reference, rows
+    from norga.commands.config_reference import reference, rows
     from norga.models.gates import GATES
 
     text = reference()
@@ -95,7 +95,7 @@ def test_the_generated_config_reference_covers_every_key_with_help():
 
 
 def test_the_config_reference_reads_help_from_comments_and_metadata():
-    from norga.config_reference import field_help
+    from norga.commands.config_reference import field_help
 
     @dataclasses.dataclass
     class Example:
@@ -168,7 +168,7 @@ def test_a_method_page_states_what_its_paired_rows_show(arm, reference):
     sys.path.insert(0, str(REPO))
     from bench import real_data_cpu
     from bench.row_merge import load_rows
-    from norga.summary_stats import sign_of
+    from norga.reports.summary_stats import sign_of
 
     rows = load_rows(REPO / "bench" / "results" / "evidence_cpu")
     pair = real_data_cpu.statistics(rows, real_data_cpu.REGIMES["evidence"])["pairs"][f"{arm} − {reference}"]

@@ -78,7 +78,7 @@ def test_typographic_minus_only_before_digits():
 
 def test_prose_interval_is_the_unmarked_difference_with_typographic_minus():
     from bench.table_blocks import prose_interval
-    from norga.summary_stats import Estimate
+    from norga.reports.summary_stats import Estimate
 
     resolved_below = Estimate(n=5, mean=-3.96, std=2.05, low=-6.51, high=-1.41)
     assert prose_interval(resolved_below) == "−3.96 [−6.51, −1.41]"  # no " *resolved*": the prose says so itself

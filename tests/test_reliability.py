@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from faults import ENV, REPO, assert_one_line_error, assert_same_metrics, comparable, train_args, train_with_fault
-from norga.cli import main as norga
+from norga.commands.cli import main as norga
 from norga.errors import DIVERGED_EXIT
 
 pytestmark = pytest.mark.integration  # trains whole runs: outside the fast loop (-m "not slow and not integration")

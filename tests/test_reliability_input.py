@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from faults import assert_one_line_error, train_args
-from norga.cli import main as norga
+from norga.commands.cli import main as norga
 
 
 def cli(capsys, *argv: str):

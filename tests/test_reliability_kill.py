@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from faults import assert_same_metrics, train_args, train_with_fault
-from norga.cli import main as norga
+from norga.commands.cli import main as norga
 from norga.engine.run_folder import RunDir
 
 pytestmark = pytest.mark.slow

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from faults import assert_one_line_error, train_args
-from norga.cli import main as norga
+from norga.commands.cli import main as norga
 from norga.errors import DIVERGED_EXIT
 from norga.engine.evaluate import TaskEvaluation
 from norga.engine.lifecycle import diverged_to_chance

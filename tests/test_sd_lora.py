@@ -10,7 +10,7 @@ import torch
 
 from conftest import (assert_predictions_per_sample, assert_reevaluation_identical, build_run_parts,
                       checkpoint_method_state, loaders_of, tiny_vit)
-from norga.cli import main as norga
+from norga.commands.cli import main as norga
 from norga.config import ConfigError, load_config
 from norga.methods.sd_lora import component_coefficients, direction_norm, rank_of
 from norga.models.lora_qkv import LoRAQKV

@@ -16,7 +16,7 @@ from bench.row_merge import load_rows
 from bench.table_blocks import prose_interval as text
 from conftest import REPO_ROOT, SMOKE
 from norga.config import load_config
-from norga.summary_stats import describe, paired
+from norga.reports.summary_stats import describe, paired
 
 EXTRA = ["data.root=data.npz", "model.checkpoint=w.pt"]  # never read: configs are only loaded here
 RESULTS = REPO_ROOT / "bench" / "results"

@@ -12,7 +12,7 @@ DIR holds what ``docs/crosscheck.md`` ("Repeat the training runs") produces:
 * ``runs/ref_coda/results-acc/pt.yaml`` — the official CODA-Prompt code, seeds 0, 1, 2 (its ``--repeat 3``);
 * ``runs/norga_<config>_s<seed>/metrics.json`` — norga's run folders.
 
-Every accuracy matrix is scored by :mod:`norga.metrics` (FA, CA, FM, FM_official = the authors' forgetting,
+Every accuracy matrix is scored by :mod:`norga.reports.metrics` (FA, CA, FM, FM_official = the authors' forgetting,
 FGT_coda = CODA-Prompt's), so both sides are summarised by the same code. Accuracies are fractions in the JSON
 and percent in the tables.
 """
@@ -29,8 +29,8 @@ import numpy as np
 import yaml
 
 from bench.regimes import REPO
-from norga.metrics import as_matrix, forgetting_coda, summarize
-from norga.summary_stats import describe, paired
+from norga.reports.metrics import as_matrix, forgetting_coda, summarize
+from norga.reports.summary_stats import describe, paired
 
 RESULTS = REPO / "bench" / "results" / "crosscheck_training.json"
 # the sides of a table, in table order: the reference code (fixed / as released), norga, norga before the named

@@ -10,7 +10,7 @@ registered by that method in a torch-free module (:mod:`norga.methods`). A file
 may start from another with ``base: other.yaml`` (:func:`read_config_file`).
 Keys of the 0.1 layout raise an error naming their new place (:data:`MOVED_KEYS`).
 Every field is in the docs' configs page (generated from these dataclasses by
-:mod:`norga.config_reference`).
+:mod:`norga.commands.config_reference`).
 
 Modules: :mod:`.fields` (ConfigError, the field helper), :mod:`.registry` (method config sections by name),
 :mod:`.schema` (the dataclasses), :mod:`.parsing` (validation), :mod:`.loading` (files, includes, overrides).

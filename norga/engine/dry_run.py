@@ -18,7 +18,7 @@ from ..data.readability import QUICK_SAMPLE, image_files, unreadable_images
 from ..errors import NorgaError
 from ..methods import build_method
 from ..models.backbone import BACKBONE_PRESETS, hub_weights_status
-from ..problems import Problems
+from .problems import Problems
 from .task_loop import build_data, build_vit, resolve_config
 
 DECODE_MODES = ("full", "quick")

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from ..errors import RunError
 from ..files import atomic_write_bytes
 from ..methods import build_method
-from ..plot_scales import figure, save_png
+from ..reports.plot_scales import figure, save_png
 from ..toolkit.devices import resolve_device
 from ..toolkit.heads import class_mask, masked_logits
 from ..toolkit.routing import mass_quantile_bins, mass_weighted_n_eff, position_buckets, route_rows, route_statistics

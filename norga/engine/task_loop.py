@@ -24,8 +24,8 @@ from ..methods.base import Method
 from ..models.backbone import backbone_data_config, build_backbone
 from ..models.compilation import compile_mode
 from ..models.precision import amp_mode
-from ..plots import write_run_plots
-from ..problems import Problems
+from ..reports.plots import write_run_plots
+from .problems import Problems
 from ..toolkit.devices import resolve_device
 from ..toolkit.distributed import distributed_session, is_main, world_size
 from ..toolkit.epochlog import epoch_log, progress_line

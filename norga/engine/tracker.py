@@ -12,7 +12,7 @@ import torchvision
 
 from ..config import Config
 from ..methods.base import Method
-from ..metrics import empty_matrix, summarize
+from ..reports.metrics import empty_matrix, summarize
 from .provenance import config_history
 from .run_folder import code_version
 

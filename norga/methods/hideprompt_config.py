@@ -128,7 +128,7 @@ class HiDePromptConfig(MethodConfig):
                               "pipeline with a gate, e.g. method: {name: norga, gate: {name: norga, activation: tanh}})")
 
     def report(self, cfg) -> str:
-        from ..fidelity import fidelity_report  # torch-free
+        from ..config.fidelity import fidelity_report  # torch-free
 
         return fidelity_report(cfg)
 

@@ -176,19 +176,19 @@ def run(args) -> int:
         return 0
     if args.dry_run:
         if not args.no_estimate and runs:
-            from ..environment import check_environment
+            from ..commands.environment import check_environment
 
             check_environment()
         dry_run(cells, runs, configs, manifest, measure=not args.no_estimate)
         return 0
-    from ..environment import check_environment
+    from ..commands.environment import check_environment
 
     check_environment()
     return execute(args, cells, runs, out, title)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Entry point of ``norga reproduce`` (``norga.cli`` wraps it: one ``error:`` line and exit 2 for unusable
+    """Entry point of ``norga reproduce`` (``norga.commands.cli`` wraps it: one ``error:`` line and exit 2 for unusable
     input, Ctrl-C with a resume hint)."""
     return run(parser().parse_args(list(argv or [])))
 

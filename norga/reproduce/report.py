@@ -6,7 +6,7 @@
 Only ``complete`` run folders count (``status`` complete, every task done); partial, failed and missing runs are
 listed, never averaged. Values in % (FM in percentage points), taken from ``metrics.json``'s ``official`` block
 when it has one (the authors' reporting: every class competes at evaluation; FA is the same either way), else
-from its top level. Statistics: :func:`norga.summary_stats.describe` (sample std, n - 1). A metric is *within*
+from its top level. Statistics: :func:`norga.reports.summary_stats.describe` (sample std, n - 1). A metric is *within*
 when |ours − published| ≤ the published std (no decision where the paper prints no std); a quick-check cell with
 an ``expected: [low, high]`` range is *within* when our mean lies in it.
 """
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from ..files import atomic_write_bytes
-from ..summary_stats import describe
+from ..reports.summary_stats import describe
 from .manifest import METRICS, Cell
 from .runner import folder_status, read_metrics
 

@@ -13,7 +13,7 @@ import re
 import sys
 from typing import Dict, List, Sequence
 
-from .data.sources import DataError
+from ..data.sources import DataError
 
 HEX64 = re.compile(r"^[0-9a-fA-F]{64}$")
 
@@ -51,7 +51,7 @@ def parse_sha256(values: Sequence[str]) -> Dict[str, str]:
 
 def list_lines() -> List[str]:
     """Each benchmark with a preparer and its files (name, checksum, source)."""
-    from .data.prepare import PREPARERS, get_preparer
+    from ..data.prepare import PREPARERS, get_preparer
 
     get_preparer("cifar100")  # registers the shipped preparers
     lines = []
@@ -63,8 +63,8 @@ def list_lines() -> List[str]:
 
 def run(args) -> int:
     """The ``norga data`` command after parsing; DataError for anything the user can fix."""
-    from .data.check import MAX_LISTED, check_benchmark
-    from .data.prepare import prepare
+    from ..data.check import MAX_LISTED, check_benchmark
+    from ..data.prepare import prepare
 
     if args.command == "list":
         print("\n".join(list_lines()))

@@ -1,6 +1,6 @@
 """Aggregate run folders over seeds: mean ± std and 95% intervals, paired differences, a figure.
 
-    python -m norga.summarize runs/c100_norga_s42 runs/c100_norga_s43 runs/c100_norga_s44 \\
+    python -m norga.reports.summarize runs/c100_norga_s42 runs/c100_norga_s43 runs/c100_norga_s44 \\
         [--vs runs/c100_hide_s42 runs/c100_hide_s43 runs/c100_hide_s44] [--out DIR]
 
 Each argument is a run folder written by ``train.py`` (``config.yaml`` + ``metrics.json``).
@@ -153,7 +153,7 @@ def build(args) -> Tuple[List[Group], Optional[tuple], Dict[str, list]]:
 
 
 def write_outputs(out: Path, groups: Sequence[Group], pair, text: str) -> List[Path]:
-    from .files import atomic_write_bytes
+    from ..files import atomic_write_bytes
     from .plots import comparison_figure
 
     out.mkdir(parents=True, exist_ok=True)

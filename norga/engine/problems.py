@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Callable, List, Optional, TypeVar
 
-from .config import ConfigError
-from .errors import NorgaError, one_line
+from ..config import ConfigError
+from ..errors import NorgaError, one_line
 
 T = TypeVar("T")
 

@@ -18,7 +18,7 @@ import platform
 import re
 from typing import Dict, List, Optional, Tuple
 
-from .errors import NorgaError
+from ..errors import NorgaError
 
 PACKAGES = ("torch", "torchvision", "timm")
 TORCHVISION_MINOR_OFFSET = 15  # torch 2.N pairs with torchvision 0.(N + 15)

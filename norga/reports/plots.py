@@ -18,10 +18,10 @@ into ``run_dir/plots/``:
 Figures are drawn on ``matplotlib.figure.Figure`` with the Agg canvas (never
 pyplot: no GUI backend, no global state) and written atomically (temp file +
 rename). A plot that fails emits a ``RuntimeWarning`` and the others are still
-written: plotting never stops a run. ``comparison_figure`` (``norga.plot_compare``) is the figure of
-``norga.summarize``.
+written: plotting never stops a run. ``comparison_figure`` (``norga.reports.plot_compare``) is the figure of
+``norga.reports.summarize``.
 
-Scales are fitted to the data (``norga.plot_scales.data_limits``): the matrices' colour scale spans their
+Scales are fitted to the data (``norga.reports.plot_scales.data_limits``): the matrices' colour scale spans their
 finite cells (a 94–100 % matrix is not one yellow block), cells are labelled to 0.1 %, and the curves'
 y axes span their points; the colour bar or axis label names the range ("scale 93.4–100.0, fitted to the
 data"), so a small spread is never read as a large one.
@@ -38,9 +38,9 @@ from typing import Callable, Dict, List, Optional, Sequence
 import numpy as np
 from matplotlib.figure import Figure
 
-from .plot_compare import comparison_figure  # noqa: F401 - the figure of norga.summarize, importable from here
+from .plot_compare import comparison_figure  # noqa: F401 - the figure of norga.reports.summarize, importable from here
 from .plot_scales import data_limits, figure as _figure, save_png, scale_label
-from .toolkit.epochlog import read_epoch_log
+from ..toolkit.epochlog import read_epoch_log
 
 PLOT_DIR = "plots"
 CURVE_BOUNDS = (-1.0, 101.0)  # % : a curve's axis may pass 0 and 100 by a point so markers there stay whole

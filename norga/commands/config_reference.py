@@ -6,7 +6,7 @@ Every key of the run config (:class:`norga.config.Config`), of every registered 
 (the field's validation metadata) and help. Help is the field's ``help`` metadata if it has one, else
 the comment on the field's line, else the comment lines right above the field.
 
-    python -m norga.config_reference > reference.md    # what the docs site's configs page embeds
+    python -m norga.commands.config_reference > reference.md    # what the docs site's configs page embeds
 """
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ import textwrap
 import tokenize
 from typing import Dict, Iterator, List, Tuple
 
-from .config import DEFAULT_METHOD, Config, method_configs
-from .models.gates import GATES
+from ..config import DEFAULT_METHOD, Config, method_configs
+from ..models.gates import GATES
 
 Row = Tuple[str, str, str, str, str]  # key, type, default, allowed, help
 

@@ -15,7 +15,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from .files import atomic_write_bytes
+from ..files import atomic_write_bytes
 
 PERCENT = (0.0, 100.0)
 

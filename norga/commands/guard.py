@@ -10,8 +10,8 @@ import signal
 import sys
 from typing import Callable, Optional
 
-from .config import ConfigError
-from .errors import DIVERGED_EXIT, NorgaError, TrainingDiverged, one_line
+from ..config import ConfigError
+from ..errors import DIVERGED_EXIT, NorgaError, TrainingDiverged, one_line
 
 INTERRUPTED = 130  # the shell's status for a process stopped by SIGINT
 _DISK = {errno.ENOSPC: "free some space", getattr(errno, "EDQUOT", errno.ENOSPC): "free some space",

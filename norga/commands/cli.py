@@ -25,10 +25,10 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from ._version import __version__
-from .config import ConfigError, load_config
+from .._version import __version__
+from ..config import ConfigError, load_config
 from .environment import check_environment
-from .errors import NorgaError
+from ..errors import NorgaError
 from .guard import INTERRUPTED, close_progress_bars, guarded, user_error  # noqa: F401 - the command-line contract
 from .preflight import config_problems, doctor_main
 
@@ -59,7 +59,7 @@ def run_train(args: argparse.Namespace) -> int:
     out = Path(args.output_dir or Path("runs") / Path(args.config).stem)
     _precheck(cfg, out)
     check_environment()  # torch / torchvision / timm importable and paired: one line naming the fix otherwise
-    from .engine import dry_run, run_training  # torch, timm
+    from ..engine import dry_run, run_training  # torch, timm
 
     if args.dry_run:
         report = dry_run(cfg, decode=args.dry_run)
@@ -77,7 +77,7 @@ def run_train(args: argparse.Namespace) -> int:
 
 
 def _main_process() -> bool:
-    from .toolkit.distributed import is_main
+    from ..toolkit.distributed import is_main
 
     return is_main()
 
@@ -86,7 +86,7 @@ def _resume_hint(args: argparse.Namespace) -> str:
     out = Path(args.output_dir or Path("runs") / Path(args.config).stem)
     if args.dry_run or not out.is_dir():
         return "nothing was saved"
-    from .engine.run_folder import RunDir
+    from ..engine.run_folder import RunDir
 
     try:
         done = RunDir(out).scan().done
@@ -117,8 +117,8 @@ def run_eval(args: argparse.Namespace) -> int:
     import json
 
     check_environment()
-    from .engine import evaluate_run
-    from .files import atomic_write_bytes
+    from ..engine import evaluate_run
+    from ..files import atomic_write_bytes
 
     metrics = evaluate_run(args.run)
     if not _main_process():  # torchrun: rank 0 writes and prints
@@ -141,7 +141,7 @@ def eval_main(argv: Optional[Sequence[str]] = None) -> int:
 # ---- routes ----------------------------------------------------------------------
 def run_routes(args: argparse.Namespace) -> int:
     check_environment()
-    from .engine.route_report import route_report
+    from ..engine.route_report import route_report
 
     report = route_report(args.run, bins=args.bins)
     for block, layer in sorted(report["layers"].items(), key=lambda kv: int(kv[0])):
@@ -153,15 +153,15 @@ def run_routes(args: argparse.Namespace) -> int:
 
 # ---- summarize, list ------------------------------------------------------------
 def summarize_main(argv: Sequence[str]) -> int:
-    """``norga summarize``: delegated to :mod:`norga.summarize` (imported only now)."""
+    """``norga summarize``: delegated to :mod:`norga.reports.summarize` (imported only now)."""
     import importlib
 
     try:
-        summarize = importlib.import_module("norga.summarize")
+        summarize = importlib.import_module("norga.reports.summarize")
     except ModuleNotFoundError as err:
-        if err.name not in ("norga.summarize", "norga.summary_stats"):
+        if err.name not in ("norga.reports.summarize", "norga.reports.summary_stats"):
             raise
-        print("error: 'norga summarize' is not available in this installation (module norga.summarize is "
+        print("error: 'norga summarize' is not available in this installation (module norga.reports.summarize is "
               "missing); update norga", file=sys.stderr)
         return 2
     return guarded(lambda: summarize.main(list(argv)), lambda: "nothing was written")
@@ -171,11 +171,11 @@ def registry_lines() -> List[str]:
     """What ``norga list`` prints: registered gates, methods, benchmarks, presets, statistics kinds."""
     import dataclasses
 
-    from .data import BENCHMARKS
-    from .methods import METHOD_CONFIGS
-    from .methods.hideprompt_config import StatsConfig
-    from .models import GATES
-    from .models.backbone import BACKBONE_PRESETS
+    from ..data import BENCHMARKS
+    from ..methods import METHOD_CONFIGS
+    from ..methods.hideprompt_config import StatsConfig
+    from ..models import GATES
+    from ..models.backbone import BACKBONE_PRESETS
 
     def options(cls) -> str:
         parts = []
@@ -200,7 +200,7 @@ def registry_lines() -> List[str]:
 
 # ---- the norga command ---------------------------------------------------------------
 def data_main(argv: Sequence[str]) -> int:
-    """``norga data prepare | list``: :mod:`norga.data_command` (imported only now)."""
+    """``norga data prepare | list``: :mod:`norga.commands.data_command` (imported only now)."""
     from .data_command import data_main as run
 
     return run(list(argv))
@@ -208,7 +208,7 @@ def data_main(argv: Sequence[str]) -> int:
 
 def reproduce_main(argv: Sequence[str]) -> int:
     """``norga reproduce``: :mod:`norga.reproduce.cli` (imported only now)."""
-    from .reproduce.cli import main as run
+    from ..reproduce.cli import main as run
 
     return guarded(lambda: run(list(argv)), lambda: "finished runs are kept; run the same command again")
 

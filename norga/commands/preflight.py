@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from ._version import __version__
-from .config import ConfigError, load_config
+from .._version import __version__
+from ..config import ConfigError, load_config
 from .environment import device_lines, import_problems, installed_versions, version_problems
 
 
@@ -61,7 +61,7 @@ def doctor_lines(config: Optional[str], overrides: Sequence[str]) -> tuple:
 
 
 def _device_problems(device: str) -> List[str]:
-    from .toolkit.devices import resolve_device
+    from ..toolkit.devices import resolve_device
 
     try:
         resolve_device(device)
