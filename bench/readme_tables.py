@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Dict, List
 
-from bench import real_data_cpu, reruns, source_tables  # noqa: F401  (source_tables registers its blocks)
+from bench import real_data_cpu, source_tables  # noqa: F401  (source_tables registers its blocks)
 from bench.moe_arms import routing_lines, routing_pair_lines
 from bench.regimes import REPO
 from bench.row_merge import load_rows, rows_path
@@ -187,15 +187,6 @@ def method_evidence(arm: str) -> Callable[[Results], List[str]]:
 
 for _arm in NEWER_BASELINES:
     block(f"{_arm}-evidence", [_arm])(method_evidence(_arm))
-
-
-@block("evidence-reruns", [])
-def evidence_reruns(results: Results) -> List[str]:
-    """README: the re-run arms (bench/reruns.py), new rows beside the old ones they replace or will replace."""
-    return reruns.rerun_lines(results.rows, seeds_per_arm=len(real_data_cpu.REGIMES["evidence"].seeds))
-
-
-BLOCK_MISSING["evidence-reruns"] = "no arm has been re-run (bench/reruns.py)"
 
 
 def pages() -> List[Path]:

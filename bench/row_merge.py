@@ -9,7 +9,7 @@ merge them afterwards::
     python -m bench.real_data_cpu --merge runs/lanes/a runs/lanes/b                # into bench/results/<regime>
 
 A row is keyed by (run, seed) (:data:`RUN_SEED`; another benchmark passes its own :class:`Keying`, e.g.
-``bench.task_ablation``'s (regime, level, seed, task)). :func:`merge_rows` refuses a key that two lanes give
+``studies.task_ablation.run``'s (regime, level, seed, task)). :func:`merge_rows` refuses a key that two lanes give
 different values for, and a key the results file already holds with other values unless told what to do with
 such a *clash* (:data:`CLASH_MODES`): ``replace`` (a re-run meant to replace the row) or ``keep`` (a re-run that
 checks the held row, e.g. on another machine: the held row stays, and the two must agree exactly on the keying's

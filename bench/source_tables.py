@@ -1,13 +1,13 @@
 """The generated tables that read a result file other than the evidence rows: the reference cross-check
 (``bench/results/crosscheck_training.json``), the smoke run (``smoke.json``), the first CPU regime
-(``cifar100_cpu.json``) and the task-level ablation (``task_ablation.json``). Importing this module registers
-them in ``bench.table_blocks.BLOCKS``.
+(``cifar100_cpu.json``). Importing this module registers them in ``bench.table_blocks.BLOCKS``. (A study's
+numbers reach its page as a ``file:`` block of the report its own generator writes: bench/table_blocks.py.)
 """
 from __future__ import annotations
 
 from typing import List
 
-from bench import ablation_report, ablation_rule, smoke_figures, task_ablation
+from bench import smoke_figures
 from bench.crosscheck import training as crosscheck_training
 from bench.row_merge import load_rows
 from bench.table_blocks import BLOCK_MISSING, Results, block
@@ -17,9 +17,6 @@ BLOCK_MISSING["crosscheck-means"] = CROSSCHECK_MISSING
 BLOCK_MISSING["crosscheck-l2p-per-task"] = CROSSCHECK_MISSING
 BLOCK_MISSING["smoke-figures"] = "run `python -m bench.smoke_figures`"
 BLOCK_MISSING["cifar100-dinov2-cpu"] = "run `python -m bench.real_data_cpu --regime cifar100_first`"
-ABLATION_MISSING = "no cell of the task-level ablation has run (`python -m bench.task_ablation --regime R`)"
-BLOCK_MISSING["ablation-verdict"] = ABLATION_MISSING
-BLOCK_MISSING["ablation-levels"] = ABLATION_MISSING
 
 
 @block("crosscheck-means", [])
@@ -59,27 +56,3 @@ def cifar100_dinov2_cpu(results: Results) -> List[str]:
     """docs/results.md: no committed result of that config; the nearest regime's rows (cifar100_cpu.json)."""
     return smoke_figures.dinov2_cpu_lines(load_rows(smoke_figures.FIRST_REGIME))
 
-
-def _ablation_rows() -> List[dict]:
-    """The ablation's committed rows (both ablation blocks use them)."""
-    return load_rows(task_ablation.RESULTS)
-
-
-@block("ablation-verdict", [])
-def ablation_verdict(results: Results) -> List[str]:
-    """README: the task-level ablation's progress, the levels that matter, the rule's pick and the decision."""
-    return ablation_rule.verdict_lines(_ablation_rows())
-
-
-@block("ablation-levels", [])
-def ablation_levels(results: Results) -> List[str]:
-    """docs/results.md: the grid's progress per regime, level − base per regime and level, for the levels that
-    move the probe its two parts (ψ, probe), then the combination on fresh seeds."""
-    rows = _ablation_rows()
-    if not rows:
-        return []
-    probe = ablation_report.probe_lines(rows)
-    split = ["The levels whose probe differs from the base's: level − base of ψ's TIL and of the probe's TIL "
-             f"(pp, paired; {ablation_report.ADDED}).", "", *probe, ""] if probe else []
-    return [*ablation_rule.progress_lines(rows), "", *ablation_rule.factor_lines(rows), "", *split,
-            *ablation_rule.combination_lines(rows)]

@@ -10,6 +10,10 @@ Each name is a registered block (``BLOCKS``, filled with ``@block(name, arms)``)
 ``bench/results/evidence_cpu.json`` (a :class:`Results`, whose statistics are computed once per render)
 returning table lines, or ``[]`` when it has no rows yet; the page then says what to run (``BLOCK_MISSING`` or
 the block's arms).
+
+A block named ``file:PATH`` (a path from the repository root, e.g. ``file:studies/schedule_cut/schedule_cut.md``)
+is that committed, generated file (without its ``# `` title line), so a page can show a report its own generator
+writes and checks (a study's ``--check``) without this package importing the generator.
 """
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ from functools import cached_property
 from typing import Callable, Dict, List
 
 from bench import real_data_cpu
+from bench.regimes import REPO
 from norga.reports.summary_stats import Estimate, difference_text
 
 
@@ -36,7 +41,8 @@ class Results:
 BLOCKS: Dict[str, Callable[[Results], List[str]]] = {}
 BLOCK_ARMS: Dict[str, List[str]] = {}  # the arms each table needs (named when it has no rows yet)
 BLOCK_MISSING: Dict[str, str] = {}  # what to run when a table that does not read the evidence rows has no rows
-MARKER = re.compile(r"<!-- bench:([\w-]+) -->\n(.*?)<!-- /bench:([\w-]+) -->", re.S)
+MARKER = re.compile(r"<!-- bench:([\w./:-]+) -->\n(.*?)<!-- /bench:([\w./:-]+) -->", re.S)
+FILE_BLOCK = "file:"  # a block that shows a committed generated file (see the module docstring)
 
 
 def block(name: str, arms: List[str]):
@@ -59,7 +65,23 @@ def prose_interval(e: Estimate) -> str:
     return typographic(difference_text(e, mark_resolved=False))
 
 
+def file_lines(name: str) -> List[str]:
+    """The lines of the file a ``file:PATH`` block shows, without a leading ``# `` title and the blank lines after
+    it; a missing file is one clear error naming it."""
+    path = REPO / name[len(FILE_BLOCK):]
+    if not path.is_file():
+        raise ValueError(f"block {name!r}: {path} does not exist; run the generator that writes it, or fix the path")
+    lines = path.read_text().splitlines()
+    if lines and lines[0].startswith("# "):
+        lines = lines[1:]
+        while lines and not lines[0].strip():
+            lines = lines[1:]
+    return lines
+
+
 def render_block(name: str, results: Results) -> str:
+    if name.startswith(FILE_BLOCK):
+        return "\n".join(typographic(ln) for ln in file_lines(name)) + "\n"
     lines = [typographic(ln) for ln in BLOCKS[name](results)]
     how = BLOCK_MISSING.get(name) or f"run `python -m bench.real_data_cpu --only {' '.join(BLOCK_ARMS[name])}`"
     missing = f"*No rows yet for `{name}`: {how}.*"
@@ -68,10 +90,10 @@ def render_block(name: str, results: Results) -> str:
 
 def render(text: str, rows: List[dict]) -> str:
     """``text`` with every marked block regenerated from ``rows``; unknown or mismatched markers raise."""
-    unknown = sorted({m.group(1) for m in MARKER.finditer(text)} - set(BLOCKS))
+    unknown = sorted({m.group(1) for m in MARKER.finditer(text) if not m.group(1).startswith(FILE_BLOCK)} - set(BLOCKS))
     if unknown:
         raise ValueError(f"README marks unknown table(s) {unknown}; registered: {sorted(BLOCKS)}")
-    opened, closed = re.findall(r"<!-- bench:([\w-]+) -->", text), re.findall(r"<!-- /bench:([\w-]+) -->", text)
+    opened, closed = re.findall(r"<!-- bench:([\w./:-]+) -->", text), re.findall(r"<!-- /bench:([\w./:-]+) -->", text)
     mismatched = [m.group(1) for m in MARKER.finditer(text) if m.group(1) != m.group(3)]
     if opened != closed or mismatched:
         raise ValueError(f"README table markers do not pair up (opened {opened}, closed {closed}): each "

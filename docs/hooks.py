@@ -4,7 +4,8 @@
   dataclasses (:mod:`norga.commands.config_reference`), so the published reference is the code's.
 * The changelog page shows the repository's ``CHANGELOG.md``.
 * The benchmark figures committed under ``bench/results/`` are served at ``bench-results/<name>.png``, so
-  the pages show the figures the benchmark scripts wrote, never a copy.
+  the pages show the figures the benchmark scripts wrote, never a copy; a study's figures
+  (``studies/<study>/<name>.png``) likewise at ``study-figures/<study>/<name>.png``.
 """
 from __future__ import annotations
 
@@ -20,6 +21,9 @@ CHANGELOG = "<!-- changelog -->"
 def on_files(files, config):
     for figure in sorted((REPO / "bench" / "results").glob("*.png")):
         files.append(File.generated(config, f"bench-results/{figure.name}", abs_src_path=str(figure)))
+    for figure in sorted((REPO / "studies").glob("*/*.png")):
+        files.append(File.generated(config, f"study-figures/{figure.parent.name}/{figure.name}",
+                                    abs_src_path=str(figure)))
     return files
 
 

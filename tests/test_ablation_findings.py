@@ -1,13 +1,13 @@
 """docs/results.md "What the grid shows" (issue #33): every number it quotes and every claim it makes about
-which levels resolve, recomputed from the committed rows of bench/results/task_ablation.json."""
+which levels resolve, recomputed from the committed rows of studies/task_ablation/task_ablation.json."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
 
-from bench import ablation_grid as grid
-from bench import ablation_rule as rule
+from studies.task_ablation import grid
+from studies.task_ablation import rule
 from bench.row_merge import load_rows
 from bench.table_blocks import prose_interval as text, typographic
 from norga.reports.summary_stats import describe, sign_of
@@ -23,7 +23,7 @@ QUOTED = [("weak_cifar", "lr_x0.1", "ψ"), ("weak_cifar", "head_lr_x0.1", "ψ"),
 
 @pytest.fixture(scope="module")
 def rows():
-    return load_rows(REPO_ROOT / "bench" / "results" / "task_ablation")
+    return load_rows(REPO_ROOT / "studies" / "task_ablation" / "task_ablation")
 
 
 @pytest.fixture(scope="module")

@@ -1,9 +1,10 @@
 """Why do the prompts lose to the frozen backbone at small scale? A task-level ablation (issue #33), pre-registered.
 
-    python -m bench.task_ablation --regime evidence [--levels base lr_x10 ...] [--seeds 1 2 3 4 5] [--quick]
-    python -m bench.task_ablation --report          # tables from the committed rows only
-    python -m bench.task_ablation --merge runs/lanes/a runs/lanes/b   # rows of parallel processes (own --results)
-    python -m bench.task_ablation --regime evidence --combination      # the rule's pick, fresh seeds 6-10
+    python -m studies.task_ablation.run --regime evidence [--levels base lr_x10 ...] [--seeds 1 2 3 4 5] [--quick]
+    python -m studies.task_ablation.run --report          # tables from the committed rows only
+    python -m studies.task_ablation.run --check           # exit 1 when the committed report is not the rows'
+    python -m studies.task_ablation.run --merge runs/lanes/a runs/lanes/b   # rows of parallel processes (own --results)
+    python -m studies.task_ablation.run --regime evidence --combination      # the rule's pick, fresh seeds 6-10
 
 A **cell** is (regime, level, seed): the regime's ``norga_tanh`` arm with the level's overrides learns tasks 0 and
 1 (the full HiDe-Prompt pipeline: TII, WTP, TAP; task 1 starts from task 0's prompt and head) and the method's
@@ -13,9 +14,9 @@ diagnostics (``norga.methods.hideprompt_diagnostics``) give, per task,
 
 both on the task's test images with logits over its classes; the probe is trained on the task's un-augmented
 training images with WTP's epochs, lr and batch. Rows also carry WTP's CE and regulariser per epoch (curves,
-drawn per regime and level into ``<results>.png`` by ``bench/ablation_figure.py``; first and last epoch also as
+drawn per regime and level into ``<results>.png`` by ``studies/task_ablation/figure.py``; first and last epoch also as
 numbers), the feature change of the trained prompt against a random prompt of the same norm, the prompt change
-and the minutes. Rows are appended to ``bench/results/task_ablation.json`` as cells finish; a cell already there is
+and the minutes. Rows are appended to ``studies/task_ablation/task_ablation.json`` as cells finish; a cell already there is
 skipped (resumable). Two processes never write one results file: side by side, each gets its own ``--results``
 stem and ``--merge`` adds their rows afterwards (``bench/row_merge.py``; a cell two lanes disagree on is refused).
 
@@ -24,8 +25,8 @@ seeing results; an added level or regime is marked as added later)
 
 * Regimes: ``evidence`` (mixed domains, DINOv2 ViT-S/14 56 px), ``cifar100_first`` (Split CIFAR-100, DINOv2
   ViT-S/14 84 px) and ``weak_cifar`` (CIFAR-100 classes 0-49 in 5 tasks of 10 on the small ViT of
-  ``bench/weak_backbone.py``, pretrained on classes 50-99 only). Seeds 1-5 in every regime.
-* Levels, one factor at a time from the regime's ``norga_tanh`` arm (``base``): ``bench.ablation_grid.LEVELS``
+  ``studies/weak_backbone/build.py``, pretrained on classes 50-99 only). Seeds 1-5 in every regime.
+* Levels, one factor at a time from the regime's ``norga_tanh`` arm (``base``): ``studies.task_ablation.grid.LEVELS``
   (their factors: ``FACTORS`` there).
 * Statistic: per seed, the mean delta over tasks 0 and 1; per (regime, level) its mean and 95% t interval over
   the seeds, and the paired difference level - base (by seed) with its 95% t interval.
@@ -34,10 +35,10 @@ seeing results; an added level or regime is marked as added later)
   at least 2 of the 3 regimes (none: the base value); it runs once on fresh seeds 6-10 in all three regimes and
   *wins* in a regime when its delta interval lies above 0. Only if it wins in at least 2 regimes is it shipped as
   ``configs/recipes/small_data.yaml`` and run on the full evidence benchmark (5 seeds, paired with the arms).
-  The statistics and the rule as code: ``bench/ablation_rule.py``.
+  The statistics and the rule as code: ``studies/task_ablation/rule.py``.
 
 ``--combination`` reads the rule's pick from the merged rows (``--grid``, default the committed
-``bench/results/task_ablation.json``; one clear error while a cell of the grid is missing) and runs it as the level
+``studies/task_ablation/task_ablation.json``; one clear error while a cell of the grid is missing) and runs it as the level
 ``combination`` on fresh seeds; its rows name the levels it combined. Rows written by this code (since commit
 c984e79, 2026-11-27) also name the backbone (``backbone``: the first 16 hex digits of the sha256 of
 ``model.checkpoint``, as in a run's metrics.json); a cell is not resumed onto rows of the same cell that name
@@ -50,16 +51,16 @@ import time
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from bench.ablation_figure import write_curves
-from bench.ablation_grid import COMBINATION, LEVELS, combination_levels, combined_overrides
-from bench.ablation_report import write_report
-from bench.ablation_rule import FRESH_SEEDS, GRID_SEEDS, TASKS, RuleError, choose
+from studies.task_ablation.figure import write_curves
+from studies.task_ablation.grid import COMBINATION, LEVELS, combination_levels, combined_overrides
+from studies.task_ablation.report import write_report
+from studies.task_ablation.rule import FRESH_SEEDS, GRID_SEEDS, TASKS, RuleError, choose
 from bench.regimes import REGIMES, REPO, Regime
 from bench.row_merge import (Keying, MergeError, add_clash_arguments, clash_mode, load_rows, merge_rows,
                              merge_summary, result_file, rows_path, rows_with, save_rows)
 from norga.config import Config
 
-RESULTS = REPO / "bench" / "results" / "task_ablation"
+RESULTS = REPO / "studies" / "task_ablation" / "task_ablation"
 ARM = "norga_tanh"
 
 
@@ -125,6 +126,7 @@ def parse_args(argv=None):
                    help=f"default {list(GRID_SEEDS)} ({list(FRESH_SEEDS)} with --combination)")
     p.add_argument("--quick", action="store_true", help="the regime's quick keys (a check of the mechanism)")
     p.add_argument("--report", action="store_true", help="only regenerate the report from the committed rows")
+    p.add_argument("--check", action="store_true", help="only check that the committed report is the rows' (exit 1)")
     p.add_argument("--shared", type=Path, default=REPO.parent / "shared")
     p.add_argument("--data-dir", type=Path, default=REPO / "runs" / "bench_data")
     p.add_argument("--fashion-dir", type=Path, default=None, help="Fashion-MNIST idx files (evidence regime)")
@@ -143,7 +145,7 @@ def parse_args(argv=None):
 
 CELL = Keying(key=lambda r: (r["regime"], r["level"], int(r["seed"]), int(r["task"])),
               text=lambda k: f"{k[0]} {k[1]} seed {k[2]} task {k[3]}", group=lambda r: r["level"],
-              unknown="names no level of bench.task_ablation (levels: {groups})",
+              unknown="names no level of studies.task_ablation.run (levels: {groups})",
               results=("delta", "til_prompted", "til_probe", "til_after_tap"))
 
 
@@ -204,6 +206,8 @@ def main(argv=None) -> int:
         args.fashion_dir = FASHION_DIR
     rows_file, report_path = rows_path(args.results), result_file(args.results, ".md")
     rows = load_rows(args.results)
+    if args.check:
+        return write_report(rows, report_path, _shown(rows_file), check=True)
     if args.merge:
         rows = merge(rows, args.merge, args.on_clash)
         save_rows(args.results, rows)

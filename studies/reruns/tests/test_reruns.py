@@ -1,18 +1,11 @@
-"""bench/reruns.py: the re-run table (old rows beside new ones), numbers worked out by hand."""
+"""studies/reruns/reruns.py: the re-run table (old rows beside new ones), numbers worked out by hand."""
 from __future__ import annotations
 
 import math
-import sys
 
 import pytest
 
-from conftest import REPO_ROOT
-
-sys.path.insert(0, str(REPO_ROOT))
-
-from bench import readme_tables, reruns  # noqa: E402
-from bench.row_merge import load_rows  # noqa: E402
-from bench.table_blocks import Results, render_block  # noqa: E402
+from studies.reruns import reruns
 
 T1 = 12.706205  # t_{0.975} with 1 degree of freedom
 T4 = 2.776445  # t_{0.975} with 4 degrees of freedom
@@ -52,11 +45,10 @@ def test_one_seed_shows_its_difference_without_interval():
                                            "-3.00 | +0.00 |")  # ASCII minus: render() makes it typographic
 
 
-def test_no_rerun_no_table_and_the_readme_block_says_so():
+def test_no_rerun_no_table_and_the_report_says_so():
     rows = [_row("c", s, 0.30, 0.60) for s in range(1, 6)]
     assert reruns.rerun_lines(rows) == []
-    text = "<!-- bench:evidence-reruns -->\n<!-- /bench:evidence-reruns -->\n"
-    assert "No rows yet for `evidence-reruns`: no arm has been re-run" in readme_tables.render(text, rows)
+    assert "No arm has been re-run." in reruns.report_text(rows)
 
 
 @pytest.mark.parametrize("rows, message", [
@@ -70,8 +62,6 @@ def test_mixed_labels_raise_one_clear_error(rows, message):
         reruns.rerun_lines(rows)
 
 
-def test_the_readme_block_renders_the_committed_rows():
-    rows = load_rows(REPO_ROOT / "bench" / "results" / "evidence_cpu")
-    block = render_block("evidence-reruns", Results(rows))
-    for arm, *_ in reruns.reruns(rows, 5):
-        assert f"\n| {arm} | " in "\n" + block
+def test_the_committed_report_is_the_rows():
+    """studies/reruns/reruns.md is what the committed evidence rows give (the generator's --check)."""
+    assert reruns.main(["--check"]) == 0

@@ -11,7 +11,7 @@ from typing import List, Optional
 import numpy as np
 from matplotlib.figure import Figure
 
-from bench.ablation_grid import BASE, COMBINATION, LEVELS
+from studies.task_ablation.grid import BASE, COMBINATION, LEVELS
 from norga.reports.plot_scales import figure, save_png
 
 TERMS = (("ce_curve", "cross-entropy"), ("reg_curve", "regulariser"))

@@ -1,4 +1,4 @@
-"""The quick GPU check's schedule-cut bench (bench/schedule_cut.py, issue #34): the cut is the manifest's, the
+"""The quick GPU check's schedule-cut bench (studies/schedule_cut/run.py, issue #34): the cut is the manifest's, the
 paired differences and the pre-registered range rule are the hand-computed ones, --write-expected refuses below 3
 paired seeds and writes the hand-computed range with 3, and a --quick run finishes and resumes to nothing."""
 from __future__ import annotations
@@ -11,10 +11,10 @@ import re
 import pytest
 import yaml
 
-from bench import schedule_cut as sc
-from bench import schedule_cut_report as rep
+from studies.schedule_cut import run as sc
+from studies.schedule_cut import report as rep
 from bench.row_merge import load_rows
-from conftest import REPO_ROOT
+from studies.conftest import REPO_ROOT
 from norga.config import load_config
 from norga.reproduce.manifest import load_manifest
 
@@ -113,7 +113,7 @@ def test_write_expected_refuses_below_three_seeds_and_writes_the_hand_computed_r
     with pytest.raises(rep.ReportError, match="missing rows"):
         rep.write_expected(stale, ctx)  # rows of other settings do not count
     rows = rows_of(FIXED, ctx, [42, 40, 44])
-    assert "Ready: `python -m bench.schedule_cut --write-expected`" in rep.markdown(rows, ctx)
+    assert "Ready: `python -m studies.schedule_cut.run --write-expected`" in rep.markdown(rows, ctx)
     ranges = rep.write_expected(rows, ctx)
     after = sc.make_context(sc.quick_cells(path), path, False, [42, 40, 44])  # the manifest as written
     assert f"The manifest ({path}) holds the derived ranges." in rep.markdown(rows, after)
@@ -202,10 +202,10 @@ def test_the_reproduce_page_states_the_manifests_expected_ranges():
 
 def test_the_reproduce_page_quotes_the_committed_cut_minus_full_differences():
     """The paragraph "What the analogue measured" gives, per metric, HiDe-Prompt's then NoRGa's paired difference
-    cut − full as mean [95% interval] to 0.1 point: recomputed here from bench/results/schedule_cut.json."""
+    cut − full as mean [95% interval] to 0.1 point: recomputed here from studies/schedule_cut/schedule_cut.json."""
     page = " ".join((REPO_ROOT / "docs" / "reproduce.md").read_text().split())
     quoted = page.split("What the analogue measured", 1)[1].split("How to read", 1)[0]
-    rows = load_rows(REPO_ROOT / "bench" / "results" / "schedule_cut")
+    rows = load_rows(REPO_ROOT / "studies" / "schedule_cut" / "schedule_cut")
 
     def text(value):
         return f"{value:+.1f}".replace("-", "−")

@@ -1,4 +1,4 @@
-"""The pre-registered grid of ``bench.task_ablation`` (issue #33): its levels, the factor each level belongs to,
+"""The pre-registered grid of ``studies.task_ablation.run`` (issue #33): its levels, the factor each level belongs to,
 and the combination of levels the decision rule may pick.
 
 A *level* maps the regime's base config (its ``norga_tanh`` arm) to the ``--set`` overrides that change one

@@ -1,11 +1,11 @@
-"""Statistics, the pre-registered decision rule and the report of ``bench.task_ablation`` (issue #33).
+"""Statistics, the pre-registered decision rule and the report of ``studies.task_ablation.run`` (issue #33).
 
 Rows are the bench's: ``{"regime", "level", "seed", "task", "delta", ...}`` with ``delta`` (a fraction) =
 TIL(psi on prompted features right after WTP) - TIL(linear probe on frozen features), one row per task.
 
 * :func:`seed_deltas`: per seed, the mean delta over the cell's tasks, in percentage points.
 * A level *matters* in a regime when the 95% t interval of the paired (level - base) excludes 0.
-* :func:`choose`: per factor (``bench.ablation_grid.FACTORS``), among its levels resolved *above* 0 in at least
+* :func:`choose`: per factor (``studies.task_ablation.grid.FACTORS``), among its levels resolved *above* 0 in at least
   2 of the 3 grid regimes, the one with the largest mean (level - base); "mean" is read as the mean over the
   three regimes of each regime's mean paired difference (this reading written 2026-11-27, before any cell ran).
   None resolved: the factor stays at base. The rule needs every cell of the grid (3 regimes x (base + 16 levels)
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from bench.ablation_grid import BASE, COMBINATION, FACTORS, LEVELS, combination_levels
+from studies.task_ablation.grid import BASE, COMBINATION, FACTORS, LEVELS, combination_levels
 from norga.reports.summary_stats import Estimate, describe, difference_text, paired, sign_of, table_head
 
 TASKS = (0, 1)

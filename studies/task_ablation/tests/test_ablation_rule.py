@@ -1,5 +1,5 @@
-"""The pre-registered decision rule of issue #33's task-level ablation (bench/ablation_rule.py) on hand-built rows,
-the combination's overrides (bench/ablation_grid.py), and ``bench.task_ablation --combination`` end to end with the
+"""The pre-registered decision rule of issue #33's task-level ablation (studies/task_ablation/rule.py) on hand-built rows,
+the combination's overrides (studies/task_ablation/grid.py), and ``studies.task_ablation.run --combination`` end to end with the
 cell's training replaced by a recorder."""
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from bench import ablation_grid as grid
-from bench import ablation_rule as rule
-from bench import task_ablation as ta
-from conftest import SMOKE
+from studies.task_ablation import grid
+from studies.task_ablation import rule
+from studies.task_ablation import run as ta
+from studies.conftest import SMOKE
 from norga.config import load_config
 
 JITTER = {1: 0.4, 2: -0.4, 3: 0.2, 4: -0.2, 5: 0.0, 6: 0.3, 7: -0.3, 8: 0.1, 9: -0.1, 10: 0.0}  # pp, mean 0
@@ -165,7 +165,7 @@ def test_the_readme_verdict_counts_the_grid_and_names_the_levels_that_matter():
 
 
 def test_a_row_keeps_wtps_curves_and_the_figure_averages_them(tmp_path):
-    from bench import ablation_figure as fig
+    from studies.task_ablation import figure as fig
 
     d = {"task": 0, "til_prompted_before_tap": 0.5, "til_frozen_probe": 0.25, "til_prompted_after_tap": 0.5,
          "wtp_first": {"ce": 2.0, "reg": 0.1}, "wtp_last": {"ce": 1.0, "reg": 0.3}, "feature_change_trained": 0.4,

@@ -1,11 +1,12 @@
 """What does the quick GPU check's schedule cut cost? A CPU analogue, pre-registered (issue #34).
 
-    python -m bench.schedule_cut                      # hideprompt and norga, full and cut, seeds 42 40 44; resumable
-    python -m bench.schedule_cut --seeds 42 --only norga        # a part of it (rows are merged)
-    python -m bench.schedule_cut --report             # re-render bench/results/schedule_cut.md from the rows
-    python -m bench.schedule_cut --write-expected     # the derived ranges into configs/reproduce/quick_gpu.yaml
-    python -m bench.schedule_cut --quick              # tiny ViT, synthetic data: a check of the mechanism (< 1 min CPU)
-    python -m bench.schedule_cut --merge runs/lanes/a runs/lanes/b   # rows of parallel processes (own --results)
+    python -m studies.schedule_cut.run                      # hideprompt and norga, full and cut, seeds 42 40 44; resumable
+    python -m studies.schedule_cut.run --seeds 42 --only norga        # a part of it (rows are merged)
+    python -m studies.schedule_cut.run --report             # re-render studies/schedule_cut/schedule_cut.md from the rows
+    python -m studies.schedule_cut.run --check              # exit 1 when the committed report is not the rows'
+    python -m studies.schedule_cut.run --write-expected     # the derived ranges into configs/reproduce/quick_gpu.yaml
+    python -m studies.schedule_cut.run --quick              # tiny ViT, synthetic data: a check of the mechanism (< 1 min CPU)
+    python -m studies.schedule_cut.run --merge runs/lanes/a runs/lanes/b   # rows of parallel processes (own --results)
 
 **Runs.** For every cell of ``configs/reproduce/quick_gpu.yaml`` (HiDe-Prompt and NoRGa) and seed: the cell's
 shipped config (``config:``, its method section untouched) on the analogue below, once with the FULL schedule as
@@ -13,7 +14,7 @@ shipped and once with the CUT schedule = the cell's ``overrides`` read from the 
 (:data:`GPU_PATH_KEYS`: device, amp, workers). Full and cut of a seed share data subset, class order and
 initialisation (paired). Each run is an ordinary run folder under ``--runs-dir`` (resumes after a kill); its row
 (FA, CA in %, FM in points, from ``metrics.json``'s ``official`` block as ``norga reproduce`` reports them;
-minutes of training + evaluation) is appended to ``bench/results/schedule_cut.json`` as it finishes, and a row
+minutes of training + evaluation) is appended to ``studies/schedule_cut/schedule_cut.json`` as it finishes, and a row
 already there with the same settings is skipped. A changed manifest or analogue gives new settings, so new run
 folders and new rows.
 
@@ -61,15 +62,16 @@ import time
 from pathlib import Path
 from typing import Dict, List, Sequence
 
-from bench import schedule_cut_report as report
 from bench.row_merge import (Keying, MergeError, add_clash_arguments, clash_mode, load_rows, merge_rows,
                              merge_summary, result_file, rows_path, rows_with)
 from norga.config import ConfigError
 from norga.errors import NorgaError
 from norga.reproduce.manifest import QUICK_MANIFEST, Cell, load_manifest
+from studies.generated import write_or_check
+from studies.schedule_cut import report
 
-REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "bench" / "results" / "schedule_cut"
+REPO = Path(__file__).resolve().parents[2]
+RESULTS = REPO / "studies" / "schedule_cut" / "schedule_cut"
 SEEDS = (42, 40, 44)
 SCHEDULES = report.SCHEDULES  # ("full", "cut")
 GPU_PATH_KEYS = ("device", "amp", "data.num_workers")  # the quick check's GPU path; the analogue sets its own
@@ -98,7 +100,7 @@ def cut_overrides(cell: Cell) -> List[str]:
     if foreign:
         raise ScheduleCutError(f"cell {cell.id}: override(s) {foreign} are neither GPU-path keys {list(GPU_PATH_KEYS)} "
                                "nor method keys; the CPU analogue applies only the method keys of the cut: name the "
-                               "key in GPU_PATH_KEYS of bench/schedule_cut.py if the analogue should drop it")
+                               "key in GPU_PATH_KEYS of studies/schedule_cut/run.py if the analogue should drop it")
     return kept
 
 
@@ -200,7 +202,7 @@ def merge(args, cells: Dict[str, Cell]) -> None:
 
 
 def context(args, cells: Dict[str, Cell]) -> dict:
-    """What the report needs besides the rows (``bench.schedule_cut_report``'s ``ctx``), from the command line."""
+    """What the report needs besides the rows (``studies.schedule_cut.report``'s ``ctx``), from the command line."""
     return make_context(cells, args.manifest, args.quick, args.seeds)
 
 
@@ -217,6 +219,7 @@ def parse_args(argv=None):
     p.add_argument("--quick", action="store_true", help="tiny ViT and synthetic data (a check of the mechanism)")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--report", action="store_true", help="only re-render the .md from the rows in the .json")
+    mode.add_argument("--check", action="store_true", help="only check that the committed .md is the rows' (exit 1)")
     mode.add_argument("--merge", nargs="+", type=Path, default=None, metavar="STEM",
                       help="add the rows of these results stems (parallel processes' --results) to --results")
     mode.add_argument("--write-expected", action="store_true",
@@ -226,7 +229,7 @@ def parse_args(argv=None):
     p.add_argument("--data-dir", type=Path, default=REPO / "runs" / "bench_data", help="where the 50-class file goes")
     p.add_argument("--runs-dir", type=Path, default=None, help="run folders (default runs/schedule_cut[_quick])")
     p.add_argument("--results", type=Path, default=None,
-                   help="stem of the .json rows and .md report (default bench/results/schedule_cut[_quick])")
+                   help="stem of the .json rows and .md report (default studies/schedule_cut/schedule_cut[_quick])")
     p.add_argument("--threads", type=int, default=1, help="torch threads (the estimate assumes 1)")
     add_clash_arguments(p)
     args = p.parse_args(argv)
@@ -252,7 +255,7 @@ def main(argv=None) -> int:
             return 0
         if args.merge:
             merge(args, cells)
-        elif not args.report:
+        elif not (args.report or args.check):
             import torch
 
             torch.set_num_threads(args.threads)
@@ -261,6 +264,8 @@ def main(argv=None) -> int:
         rows = load_rows(args.results)
         if not rows:
             raise ScheduleCutError(f"no rows in {rows_path(args.results)}; run the benchmark first")
+        if args.check:
+            return write_or_check(result_file(args.results, ".md"), report.markdown(rows, context(args, cells)), True)
         report.save(rows, args.results, context(args, cells))
     except (ScheduleCutError, report.ReportError, NorgaError, ConfigError) as err:  # a run's error names its fix
         print(f"error: {err}", file=sys.stderr)

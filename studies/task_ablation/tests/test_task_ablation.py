@@ -1,4 +1,4 @@
-"""The task-level ablation bench of issue #33 (bench/task_ablation.py): every pre-registered level is a valid config,
+"""The task-level ablation bench of issue #33 (studies/task_ablation/run.py): every pre-registered level is a valid config,
 the statistics are the hand-computed ones, and a cell's readout is the method's own diagnostics."""
 from __future__ import annotations
 
@@ -7,19 +7,20 @@ import math
 
 import pytest
 
-from bench import ablation_grid as grid
-from bench import ablation_report as report
-from bench import ablation_rule as rule
-from bench import task_ablation as ta
+from studies.task_ablation import grid
+from studies.task_ablation import report
+from studies.task_ablation import rule
+from studies.task_ablation import run as ta
 from bench.regimes import REGIMES
 from bench.row_merge import load_rows
 from bench.table_blocks import prose_interval as text
-from conftest import REPO_ROOT, SMOKE
+from studies.conftest import REPO_ROOT, SMOKE
 from norga.config import load_config
 from norga.reports.summary_stats import describe, paired
 
 EXTRA = ["data.root=data.npz", "model.checkpoint=w.pt"]  # never read: configs are only loaded here
-RESULTS = REPO_ROOT / "bench" / "results"
+RESULTS = REPO_ROOT / "studies" / "task_ablation"
+BACKBONE = REPO_ROOT / "studies" / "weak_backbone"
 
 
 def results_page() -> str:
@@ -29,12 +30,12 @@ def results_page() -> str:
 
 def backbone_report(name: str) -> dict:
     """A weak-backbone report committed as bench/results/<name>.json."""
-    return json.loads((RESULTS / f"{name}.json").read_text())
+    return json.loads((BACKBONE / f"{name}.json").read_text())
 
 
 @pytest.fixture(scope="module")
 def grid_rows():
-    """The committed rows of the grid and the combination, bench/results/task_ablation.json."""
+    """The committed rows of the grid and the combination, studies/task_ablation/task_ablation.json."""
     return load_rows(RESULTS / "task_ablation")
 
 
@@ -118,15 +119,15 @@ def test_lanes_merge_by_cell_and_conflicts_are_refused(tmp_path, capsys):
                                          r"til_after_tap\) for evidence base seed 1 task 1"):
         ta.main(["--merge", str(a), "--keep", "--results", str(results)])
     a.with_suffix(".json").write_text(json.dumps([_cell_row("lr_x3", 1, 0, 0.0)]))
-    with pytest.raises(SystemExit, match="row evidence lr_x3 seed 1 task 0 names no level of bench.task_ablation"):
+    with pytest.raises(SystemExit, match="row evidence lr_x3 seed 1 task 0 names no level of studies.task_ablation.run"):
         ta.main(["--merge", str(a), "--results", str(results)])
     with pytest.raises(SystemExit):
         ta.main(["--replace", "--results", str(results)])
 
 
 def test_the_results_page_quotes_the_committed_weak_backbone_report():
-    """docs/results.md's checksum and accuracies of the third regime's backbone are bench/results/weak_backbone.json's
-    (the report bench.weak_backbone wrote; the weights themselves stay out of the repository)."""
+    """docs/results.md's checksum and accuracies of the third regime's backbone are studies/weak_backbone/weak_backbone.json's
+    (the report studies.weak_backbone.build wrote; the weights themselves stay out of the repository)."""
     build = backbone_report("weak_backbone")
     page = results_page()
     assert f"`{build['backbone_sha256']}`" in page
@@ -155,7 +156,7 @@ def test_the_results_page_quotes_the_third_weak_backbone_build(grid_rows):
     assert (f"`{sha}`, test accuracy {100 * build['test_acc_classes_50_99']:.1f}% on its own classes 50–99, "
             f"linear probe {100 * build['linear_probe_acc_classes_0_49']:.1f}% on classes 0–49") in page
     assert f"(`backbone` `{sha[:16]}`)" in page
-    third = load_rows(RESULTS / "weak_rebuild_xeon_base")
+    third = load_rows(BACKBONE / "weak_rebuild_xeon_base")
     assert {r["backbone"] for r in third} == {sha[:16]}
     assert base_on_a_rebuild_text(third, grid_rows, "the first build", "third") in page
 
@@ -168,7 +169,7 @@ def test_the_results_page_quotes_the_rebuilt_weak_backbone_and_its_base_cells(gr
     assert (f"sha256 `{build['backbone_sha256']}`, with test accuracy {100 * build['test_acc_classes_50_99']:.1f}%"
             f" on its own classes 50–99 and linear probe {100 * build['linear_probe_acc_classes_0_49']:.1f}% on "
             "classes 0–49") in page
-    rebuilt = load_rows(RESULTS / "weak_rebuild_base")
+    rebuilt = load_rows(BACKBONE / "weak_rebuild_base")
     assert base_on_a_rebuild_text(rebuilt, grid_rows, "the first", "rebuild") in page
 
 

@@ -1,8 +1,8 @@
 """A deliberately weak backbone for issue #33's third regime: a small ViT trained from scratch on CIFAR-100
 classes 50-99 only, so its frozen features are weak on classes 0-49 (as ImageNet-R is for ViT-B/16).
 
-    python -m bench.weak_backbone --shared ../shared --out runs/bench_data/weak_vit     # resumable
-    python -m bench.weak_backbone --shared ../shared --out runs/bench_data/weak_vit --report-only
+    python -m studies.weak_backbone.build --shared ../shared --out runs/bench_data/weak_vit     # resumable
+    python -m studies.weak_backbone.build --shared ../shared --out runs/bench_data/weak_vit --report-only
 
 Architecture (timm, never forked): ``vit_tiny_patch16_224`` with ``img_size=32, patch_size=4, depth=6,
 embed_dim=96, num_heads=3`` (D = 96, 3 heads of 32, 64 patches + the class token, 0.7 M parameters: about

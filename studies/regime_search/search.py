@@ -1,7 +1,8 @@
 """How the evidence regime was found: TIL gain of a trained prompt over a frozen-feature probe vs WTP budget.
 
-    python -m bench.regime_search            # the fixed grid below, ~16 min on 2 cores; resumes
-    python -m bench.regime_search --quick    # one tiny point (smoke check)
+    python -m studies.regime_search.search            # the fixed grid below, ~16 min on 2 cores; resumes
+    python -m studies.regime_search.search --quick    # one tiny point (smoke check)
+    python -m studies.regime_search.search --check    # exit 1 when the committed .md is not the rows'
 
 One task of one domain of the mixed-domain data (bench/mixed_domains.py), seed 0 (the
 evidence benchmark uses seeds 1-5), the **linear gate only** (HiDe-Prompt), so the
@@ -14,7 +15,7 @@ The two transforms differ only in augmentation: ``backbone`` trains WTP on
 RandomResizedCrop(0.08-1) + flip, ``plain`` on the un-augmented images; both normalise
 with the backbone's mean/std and share the test transform (the probe always sees clean
 cached features, as the ``no_prompt`` arm does).
-Rows go to bench/results/regime_search.md / .json as each point finishes.
+Rows go to studies/regime_search/regime_search.md / .json as each point finishes.
 
 Decision rule, written before the grid ran: the evidence benchmark uses the cheapest
 (transforms, WTP epochs) point whose gain is at least 3 points on both domains; if there
@@ -36,8 +37,9 @@ from bench.regime_data import WEIGHTS_FILE, check_weights
 from bench.row_merge import load_rows, result_file, save_rows
 from norga.config import load_config
 from norga.files import atomic_write_bytes
+from studies.generated import write_or_check
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 CONFIG = REPO / "configs" / "bench" / "evidence_cpu.yaml"
 GRID = {"domain": ["cifar100_a", "fashion_mnist"], "transforms": ["backbone", "plain"], "wtp_epochs": [3, 10, 20]}
@@ -85,7 +87,8 @@ def run_point(domain: str, transforms: str, epochs: int, args) -> dict:
     return row
 
 
-def save(rows: list, stem: Path) -> None:
+def report_text(rows: list) -> str:
+    """The report (Markdown table) of the search's rows."""
     cols = ("domain", "transforms", "wtp_epochs", "wtp_steps", "probe", "prompted", "gain", "feat_trained",
             "feat_random", "prompt_change", "minutes")
     lines = ["One task, seed 0, linear gate; probe / prompted = TIL accuracy (%) of a linear probe on frozen features "
@@ -96,22 +99,29 @@ def save(rows: list, stem: Path) -> None:
         cells = [f"{100 * r[c]:.1f}" if c in ("probe", "prompted") else f"{100 * r[c]:+.1f}" if c == "gain"
                  else f"{r[c]:.3f}" if isinstance(r[c], float) else str(r[c]) for c in cols]
         lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def save(rows: list, stem: Path) -> None:
     save_rows(stem, rows)
-    atomic_write_bytes(result_file(stem, ".md"), ("\n".join(lines) + "\n").encode())
+    atomic_write_bytes(result_file(stem, ".md"), report_text(rows).encode())
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true")
+    p.add_argument("--check", action="store_true", help="only check that the committed .md is the rows' (exit 1)")
     p.add_argument("--shared", type=Path, default=REPO.parent / "shared")
     p.add_argument("--fashion-dir", type=Path, default=mixed_domains.FASHION_DIR)
     p.add_argument("--data-dir", type=Path, default=REPO / "runs" / "bench_data")
     args = p.parse_args(argv)
-    check_weights(args.shared)
     suffix = "_quick" if args.quick else ""
+    stem = REPO / "studies" / "regime_search" / f"regime_search{suffix}"
+    if args.check:
+        return write_or_check(result_file(stem, ".md"), report_text(load_rows(stem)), True)
+    check_weights(args.shared)
     args.mixed = mixed_domains.build(args.shared, args.fashion_dir, args.data_dir / "mixed_domains.npz")
     args.runs_dir = REPO / "runs" / f"bench_regime_search{suffix}"
-    stem = REPO / "bench" / "results" / f"regime_search{suffix}"
     stem.parent.mkdir(parents=True, exist_ok=True)
     grid = QUICK if args.quick else GRID
     rows = load_rows(stem)
