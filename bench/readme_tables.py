@@ -57,6 +57,21 @@ def evidence_overview(results: Results) -> List[str]:
     return _arm_table(results, OVERVIEW)
 
 
+MAIN_PAIRS = ["norga_tanh − hideprompt", "hideprompt − no_prompt", "norga_tanh − no_prompt"]
+
+
+@block("evidence-main-pairs", ["hideprompt", "norga_tanh", "no_prompt"])
+def evidence_main_pairs(results: Results) -> List[str]:
+    """docs/results.md: the gate and the prompts, paired (every STAT_COLUMNS metric)."""
+    return _pair_table(results, MAIN_PAIRS, real_data_cpu.STAT_COLUMNS)
+
+
+@block("evidence-diagnostics", ["hideprompt", "norga_tanh"])
+def evidence_diagnostics(results: Results) -> List[str]:
+    """docs/results.md: the prompted arms' task-mean diagnostics (probe gain, feature change), over seeds."""
+    return _table(real_data_cpu.diagnostics_lines(results.rows, real_data_cpu.REGIMES["evidence"]))
+
+
 @block("moe-arms", MATCHED)
 def moe_arms(results: Results) -> List[str]:
     return _table(routing_lines(results.rows, MATCHED))
