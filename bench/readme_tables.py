@@ -6,8 +6,10 @@
 A generated table sits between ``<!-- bench:NAME -->`` and ``<!-- /bench:NAME -->`` (bench/table_blocks.py holds
 the registry and the renderer). This module registers the tables of the evidence rows
 (``bench/results/evidence_cpu.json``; numbers as in ``bench/results/evidence_cpu.md`` with typographic minus
-signs); bench/source_tables.py registers those that read other result files (cross-check, smoke run).
-``tests/test_readme.py`` runs the check, so no page can fall behind the committed rows.
+signs); bench/source_tables.py registers those that read other result files (cross-check, smoke run, the quick
+GPU check's manifest). A ``<!-- bench:file:PATH -->`` block shows a committed generated file, e.g. a study's
+report (its own generator checks it against its rows). ``tests/test_readme.py`` runs the check, so no page can
+fall behind the committed rows.
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from bench import real_data_cpu, source_tables  # noqa: F401  (source_tables reg
 from bench.moe_arms import routing_lines, routing_pair_lines
 from bench.regimes import REPO
 from bench.row_merge import load_rows, rows_path
-from bench.table_blocks import BLOCK_MISSING, MARKER, Results, block, render, stale_blocks
+from bench.table_blocks import MARKER, Results, block, render, stale_blocks
 from norga.reports.summary_stats import sign_of, table_head
 
 

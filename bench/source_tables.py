@@ -1,6 +1,6 @@
 """The generated tables that read a result file other than the evidence rows: the reference cross-check
 (``bench/results/crosscheck_training.json``), the smoke run (``smoke.json``), the first CPU regime
-(``cifar100_cpu.json``). Importing this module registers them in ``bench.table_blocks.BLOCKS``. (A study's
+(``cifar100_cpu.json``) and the quick GPU check's manifest (its expected ranges). Importing this module registers them in ``bench.table_blocks.BLOCKS``. (A study's
 numbers reach its page as a ``file:`` block of the report its own generator writes: bench/table_blocks.py.)
 """
 from __future__ import annotations
@@ -9,6 +9,7 @@ from typing import List
 
 from bench import smoke_figures
 from bench.crosscheck import training as crosscheck_training
+from bench.regimes import REPO
 from bench.row_merge import load_rows
 from bench.table_blocks import BLOCK_MISSING, Results, block
 
@@ -56,3 +57,28 @@ def cifar100_dinov2_cpu(results: Results) -> List[str]:
     """docs/results.md: no committed result of that config; the nearest regime's rows (cifar100_cpu.json)."""
     return smoke_figures.dinov2_cpu_lines(load_rows(smoke_figures.FIRST_REGIME))
 
+
+
+def _published(cell, paper_cells) -> tuple:
+    """The published (mean, std) per metric of the paper manifest's cell matching ``cell`` (table, benchmark,
+    backbone, method); a missing match raises naming the cell."""
+    key = (cell.table, cell.benchmark, cell.backbone, cell.method)
+    matches = [c.published for c in paper_cells if (c.table, c.benchmark, c.backbone, c.method) == key]
+    if len(matches) != 1:
+        raise ValueError(f"the paper manifest has {len(matches)} cells matching the quick cell {cell.id}; fix them")
+    return matches[0]
+
+
+@block("quick-gpu-expected", [])
+def quick_gpu_expected(results: Results) -> List[str]:
+    """docs/reproduce.md: the quick GPU check's expected ranges (``expected:`` of its manifest, which
+    ``studies.schedule_cut.run --write-expected`` writes) beside the published full-schedule FA (paper.yaml)."""
+    from norga.reproduce.manifest import DEFAULT_MANIFEST, QUICK_MANIFEST, load_manifest
+
+    paper = load_manifest(REPO / DEFAULT_MANIFEST).cells
+    lines = ["| method | FA (%) | CA (%) | FM (points) | published FA (full schedule) |", "|---|---|---|---|---|"]
+    for cell in load_manifest(REPO / QUICK_MANIFEST).cells:
+        spans = [f"{lo:.1f} – {hi:.1f}" for lo, hi in (cell.expected[m] for m in ("FA", "CA", "FM"))]
+        mean, std = _published(cell, paper)["FA"]
+        lines.append(f"| {cell.method} | " + " | ".join(spans) + f" | {mean:.2f} ± {std or 0:.2f} |")
+    return lines

@@ -24,7 +24,6 @@ from typing import Callable, Dict, List
 
 from bench import real_data_cpu
 from bench.regimes import REPO
-from norga.reports.summary_stats import Estimate, difference_text
 
 
 @dataclass
@@ -57,12 +56,6 @@ def typographic(line: str) -> str:
     """ASCII minus before a digit -> "−", unless it follows a digit (table rules, names and dates such as
     2026-11-27 are left alone)."""
     return re.sub(r"(?<!\d)-(?=\d)", "−", line)
-
-
-def prose_interval(e: Estimate) -> str:
-    """An estimate as the docs' prose quotes it: ``difference_text`` without the resolved marker, with the
-    typographic minus (e.g. "−1.96 [−6.08, +2.16]")."""
-    return typographic(difference_text(e, mark_resolved=False))
 
 
 def file_lines(name: str) -> List[str]:

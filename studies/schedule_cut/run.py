@@ -250,8 +250,8 @@ def main(argv=None) -> int:
             raise ScheduleCutError(f"--only: unknown method(s) {unknown}; the manifest's: {sorted(cells)}")
         if args.write_expected:
             ranges = report.write_expected(load_rows(args.results), context(args, cells))
-            print(f"wrote expected ranges into {args.manifest}: {ranges}\nnow update by hand what quotes the old "
-                  "ranges: the manifest's header comment and the table in docs/reproduce.md (The 30-minute GPU check)")
+            print(f"wrote expected ranges into {args.manifest}: {ranges}\nnow update the manifest's header comment by "
+                  "hand and run python -m bench.readme_tables (docs/reproduce.md's table is generated)")
             return 0
         if args.merge:
             merge(args, cells)

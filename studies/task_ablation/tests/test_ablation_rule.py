@@ -7,11 +7,10 @@ import json
 
 import pytest
 
-from studies.task_ablation import grid
-from studies.task_ablation import rule
-from studies.task_ablation import run as ta
-from studies.conftest import SMOKE
 from norga.config import load_config
+from studies.conftest import SMOKE
+from studies.task_ablation import grid, rule
+from studies.task_ablation import run as ta
 
 JITTER = {1: 0.4, 2: -0.4, 3: 0.2, 4: -0.2, 5: 0.0, 6: 0.3, 7: -0.3, 8: 0.1, 9: -0.1, 10: 0.0}  # pp, mean 0
 

@@ -7,36 +7,20 @@ import math
 
 import pytest
 
-from studies.task_ablation import grid
-from studies.task_ablation import report
-from studies.task_ablation import rule
-from studies.task_ablation import run as ta
 from bench.regimes import REGIMES
 from bench.row_merge import load_rows
-from bench.table_blocks import prose_interval as text
-from studies.conftest import REPO_ROOT, SMOKE
 from norga.config import load_config
-from norga.reports.summary_stats import describe, paired
+from studies.conftest import SMOKE
+from studies.task_ablation import grid, report, rule
+from studies.task_ablation import run as ta
 
 EXTRA = ["data.root=data.npz", "model.checkpoint=w.pt"]  # never read: configs are only loaded here
-RESULTS = REPO_ROOT / "studies" / "task_ablation"
-BACKBONE = REPO_ROOT / "studies" / "weak_backbone"
-
-
-def results_page() -> str:
-    """docs/results.md with its whitespace runs collapsed (a quote may wrap across lines)."""
-    return " ".join((REPO_ROOT / "docs" / "results.md").read_text().split())
-
-
-def backbone_report(name: str) -> dict:
-    """A weak-backbone report committed as bench/results/<name>.json."""
-    return json.loads((BACKBONE / f"{name}.json").read_text())
 
 
 @pytest.fixture(scope="module")
 def grid_rows():
     """The committed rows of the grid and the combination, studies/task_ablation/task_ablation.json."""
-    return load_rows(RESULTS / "task_ablation")
+    return load_rows(ta.RESULTS)
 
 
 @pytest.mark.parametrize("regime", sorted(REGIMES))
@@ -125,54 +109,6 @@ def test_lanes_merge_by_cell_and_conflicts_are_refused(tmp_path, capsys):
         ta.main(["--replace", "--results", str(results)])
 
 
-def test_the_results_page_quotes_the_committed_weak_backbone_report():
-    """docs/results.md's checksum and accuracies of the third regime's backbone are studies/weak_backbone/weak_backbone.json's
-    (the report studies.weak_backbone.build wrote; the weights themselves stay out of the repository)."""
-    build = backbone_report("weak_backbone")
-    page = results_page()
-    assert f"`{build['backbone_sha256']}`" in page
-    assert f"test accuracy {100 * build['test_acc_classes_50_99']:.1f}% on its own classes 50–99" in page
-    assert f"linear probe {100 * build['linear_probe_acc_classes_0_49']:.1f}% on classes 0–49" in page
-    assert f"{build['epochs']} epochs" in page
-
-
-def base_on_a_rebuild_text(rebuilt_rows: list, grid_rows: list, first: str, rebuild: str) -> str:
-    """The page's sentence part comparing ``base`` (seeds 1-5) on a rebuilt weak backbone (``rebuilt_rows``) with
-    ``base`` on the grid's (first) backbone; checks both cover the grid's seeds. ``first`` and ``rebuild`` name
-    the two builds as the page does."""
-    rebuilt = rule.seed_deltas(rebuilt_rows, "weak_cifar", grid.BASE)
-    grids = rule.seed_deltas(grid_rows, "weak_cifar", grid.BASE)
-    assert sorted(rebuilt) == sorted(grids) == list(rule.GRID_SEEDS)
-    new, old, diff = describe(list(rebuilt.values())), describe(list(grids.values())), paired(rebuilt, grids)[1]
-    return f"delta {text(new)} against {text(old)} on {first}; paired ({rebuild} − first) {text(diff)}"
-
-
-def test_the_results_page_quotes_the_third_weak_backbone_build(grid_rows):
-    """The build the combination's weak_cifar cells ran on: its report's checksum and accuracies as the page quotes
-    them (the weights stay out of the repository), and ``base`` on it against the grid's backbone."""
-    build = backbone_report("weak_backbone_rebuild_xeon")
-    page = results_page()
-    sha = build["backbone_sha256"]
-    assert (f"`{sha}`, test accuracy {100 * build['test_acc_classes_50_99']:.1f}% on its own classes 50–99, "
-            f"linear probe {100 * build['linear_probe_acc_classes_0_49']:.1f}% on classes 0–49") in page
-    assert f"(`backbone` `{sha[:16]}`)" in page
-    third = load_rows(BACKBONE / "weak_rebuild_xeon_base")
-    assert {r["backbone"] for r in third} == {sha[:16]}
-    assert base_on_a_rebuild_text(third, grid_rows, "the first build", "third") in page
-
-
-def test_the_results_page_quotes_the_rebuilt_weak_backbone_and_its_base_cells(grid_rows):
-    """The rebuild of the weak backbone on the second machine: its report's checksum and accuracies, and ``base``
-    on it (seeds 1-5) against ``base`` on the grid's backbone, recomputed from the committed rows."""
-    build = backbone_report("weak_backbone_rebuild")
-    page = results_page()
-    assert (f"sha256 `{build['backbone_sha256']}`, with test accuracy {100 * build['test_acc_classes_50_99']:.1f}%"
-            f" on its own classes 50–99 and linear probe {100 * build['linear_probe_acc_classes_0_49']:.1f}% on "
-            "classes 0–49") in page
-    rebuilt = load_rows(BACKBONE / "weak_rebuild_base")
-    assert base_on_a_rebuild_text(rebuilt, grid_rows, "the first", "rebuild") in page
-
-
 def test_rows_name_their_backbone_and_a_cell_is_not_resumed_onto_another(tmp_path, monkeypatch):
     """A new row carries the first 16 hex digits of its weights' sha256 (as metrics.json does); resuming the cell
     with other weights is refused, and rows written before backbones were recorded resume as before."""
@@ -211,19 +147,6 @@ def test_the_report_names_each_regimes_backbones():
     assert report.backbone_line(rows, "s").endswith(f"`{'cd' * 8}` (1 row).")
 
 
-def test_the_results_page_names_the_backbones_of_the_grids_unrecorded_rows(shared_dir):
-    """The short checksums docs/results.md gives for the rows from before rows named their backbone: the first
-    weak backbone's (its committed report) and the shared DINOv2 weights' (hashed here, as a new row would be)."""
-    from bench.regime_data import WEIGHTS_FILE
-    from norga.engine.tracker import checkpoint_id
-
-    page = results_page()
-    weak = backbone_report("weak_backbone")["backbone_sha256"][:16]
-    assert f"weak_cifar rows are on the first backbone (`{weak}`)" in page
-    dinov2 = checkpoint_id(shared_dir / WEIGHTS_FILE)
-    assert f"cifar100_first rows on the DINOv2 weights of `../shared/weights` (`{dinov2}`)" in page
-
-
 def test_the_regulariser_table_groups_rows_by_the_form_their_wtp_used():
     def row(level, task, curve, **more):
         return {"regime": "r", "level": level, "task": task, "reg_curve": curve, "reg_last": curve[-1],
@@ -236,19 +159,6 @@ def test_the_regulariser_table_groups_rows_by_the_form_their_wtp_used():
                                                 "| r | off | 1 | 1 | 0 | 0 | 1 |",
                                                 "| r | official | 0 | 2 | 0.003 | 0 | 1 |",
                                                 "| r | official | 1 | 1 | 2 | 1 | 1 |"]
-
-
-def test_the_official_regulariser_is_small_on_the_first_task(grid_rows):
-    """docs/results.md's claims, on the committed rows: on task 0 the authors' regulariser (a self-contrast of
-    unnormalised features) stays below 0.01 in every epoch of every cell of cifar100_first and weak_cifar, and below
-    0.1 ("a few hundredths") in evidence."""
-    rows = [r for r in grid_rows if r["task"] == 0 and report.regulariser_form(r) == "official"]
-    largest = {regime: max(abs(v) for r in rows if r["regime"] == regime for v in r["reg_curve"])
-               for regime in rule.GRID_REGIMES}
-    assert largest["cifar100_first"] < 0.01 and largest["weak_cifar"] < 0.01 and 0.01 <= largest["evidence"] < 0.1
-    page = results_page()
-    assert ("In cifar100_first and weak_cifar the authors' regulariser stays below 0.01 in every epoch of every cell "
-            "on task 0; in evidence it reaches a few hundredths in some cells") in page
 
 
 def _split_rows():
@@ -279,9 +189,12 @@ def test_level_minus_base_splits_into_psi_and_probe_by_hand():
 
 def test_only_the_levels_that_change_the_probes_recipe_or_test_transform_move_the_probe(grid_rows):
     """The committed rows: a level that changes neither WTP's head recipe (epochs, lr, head-lr ratio) nor the
-    transforms leaves the frozen-feature probe identical to the base's on every seed (docs/results.md)."""
+    transforms leaves the frozen-feature probe identical to the base's on every seed."""
     moved = report.probe_levels(grid_rows)
     recipe = {"lr_x0.1", "lr_x10", "epochs_x0.5", "epochs_x2", "head_lr_x0.1", "head_lr_x10", "aug_swap"}
     assert set(moved) <= recipe and {"lr_x10", "head_lr_x10"} <= set(moved)
-    page = results_page()
-    assert "Every other level leaves the probe identical to the base's on every seed." in page
+
+
+def test_the_committed_report_is_the_rows():
+    """studies/task_ablation/task_ablation.md is what the committed rows give (the generator's --check)."""
+    assert ta.main(["--check"]) == 0
