@@ -48,7 +48,8 @@ def regime_extra(regime: Regime, args) -> List[str]:
     check_weights(args.shared)
     weights = WEIGHTS[regime.weights](args)
     if not weights.is_file():
-        sys.exit(f"error: {weights} is missing; build it with python -m studies.weak_backbone.build --out {weights.parent}")
+        sys.exit(f"error: {weights} is missing; build it with "
+                 f"python -m studies.weak_backbone.build --out {weights.parent}")
     args.data_root = DATA[regime.data](args)
     return [f"data.root={args.data_root}", f"model.checkpoint={weights}"]
 

@@ -1,7 +1,8 @@
 """The generated tables that read a result file other than the evidence rows: the reference cross-check
 (``bench/results/crosscheck_training.json``), the smoke run (``smoke.json``), the first CPU regime
-(``cifar100_cpu.json``) and the quick GPU check's manifest (its expected ranges). Importing this module registers them in ``bench.table_blocks.BLOCKS``. (A study's
-numbers reach its page as a ``file:`` block of the report its own generator writes: bench/table_blocks.py.)
+(``cifar100_cpu.json``) and the quick GPU check's manifest (its expected ranges). Importing this module
+registers them in ``bench.table_blocks.BLOCKS``. (A study's numbers reach its page as a ``file:`` block of the
+report its own generator writes: bench/table_blocks.py.)
 """
 from __future__ import annotations
 

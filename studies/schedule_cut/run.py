@@ -1,11 +1,11 @@
 """What does the quick GPU check's schedule cut cost? A CPU analogue, pre-registered (issue #34).
 
-    python -m studies.schedule_cut.run                      # hideprompt and norga, full and cut, seeds 42 40 44; resumable
+    python -m studies.schedule_cut.run                      # hideprompt and norga, full and cut, 3 seeds; resumable
     python -m studies.schedule_cut.run --seeds 42 --only norga        # a part of it (rows are merged)
-    python -m studies.schedule_cut.run --report             # re-render studies/schedule_cut/schedule_cut.md from the rows
+    python -m studies.schedule_cut.run --report             # re-render schedule_cut.md (here) from the rows
     python -m studies.schedule_cut.run --check              # exit 1 when the committed report is not the rows'
     python -m studies.schedule_cut.run --write-expected     # the derived ranges into configs/reproduce/quick_gpu.yaml
-    python -m studies.schedule_cut.run --quick              # tiny ViT, synthetic data: a check of the mechanism (< 1 min CPU)
+    python -m studies.schedule_cut.run --quick              # tiny ViT, synthetic data: a check of the mechanism
     python -m studies.schedule_cut.run --merge runs/lanes/a runs/lanes/b   # rows of parallel processes (own --results)
 
 **Runs.** For every cell of ``configs/reproduce/quick_gpu.yaml`` (HiDe-Prompt and NoRGa) and seed: the cell's

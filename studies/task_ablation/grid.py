@@ -66,7 +66,7 @@ LEVELS: Dict[str, Level] = {
     "head_lr_x10": _scaled("method.wtp.head_lr_scale", 10.0),
 }
 
-# Factor -> its levels other than base (every such level in exactly one factor; studies/task_ablation/tests/test_ablation_rule.py).
+# Factor -> its levels other than base (every such level in exactly one factor; tests/test_ablation_rule.py here).
 FACTORS: Dict[str, Tuple[str, ...]] = {
     "prompt init": ("init_small", "init_normal", "init_zero_values"),
     "regulariser": ("reg_eq56", "reg_off"),

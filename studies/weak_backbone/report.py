@@ -52,9 +52,9 @@ def base_lines() -> List[str]:
             continue
         rebuilt = seed_deltas(load_rows(HERE / rows), "weak_cifar", BASE)
         seeds, diff = paired(rebuilt, first)
-        lines.append(f"| {name} | {len(seeds)} | {difference_text(describe(list(rebuilt.values())), mark_resolved=False)}"
-                     f" | {difference_text(describe([first[s] for s in seeds]), mark_resolved=False)} | "
-                     f"{difference_text(diff)} |")
+        means = [difference_text(describe(v), mark_resolved=False)
+                 for v in (list(rebuilt.values()), [first[s] for s in seeds])]
+        lines.append(f"| {name} | {len(seeds)} | {means[0]} | {means[1]} | {difference_text(diff)} |")
     return lines
 
 

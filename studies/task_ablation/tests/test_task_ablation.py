@@ -103,7 +103,7 @@ def test_lanes_merge_by_cell_and_conflicts_are_refused(tmp_path, capsys):
                                          r"til_after_tap\) for evidence base seed 1 task 1"):
         ta.main(["--merge", str(a), "--keep", "--results", str(results)])
     a.with_suffix(".json").write_text(json.dumps([_cell_row("lr_x3", 1, 0, 0.0)]))
-    with pytest.raises(SystemExit, match="row evidence lr_x3 seed 1 task 0 names no level of studies.task_ablation.run"):
+    with pytest.raises(SystemExit, match="row evidence lr_x3 seed 1 task 0 names no level of studies.task_ablation"):
         ta.main(["--merge", str(a), "--results", str(results)])
     with pytest.raises(SystemExit):
         ta.main(["--replace", "--results", str(results)])
