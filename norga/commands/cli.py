@@ -1,5 +1,5 @@
-"""The ``norga`` command: ``norga train | eval | summarize | reproduce | routes | doctor | data | list`` and
-``norga --version``.
+"""The ``norga`` command: ``norga train | eval | summarize | reproduce | routes | doctor | data | configs | list``
+and ``norga --version``.
 
     norga train --config configs/smoke.yaml --output-dir runs/smoke [--set method.wtp.epochs=3 ...] [--dry-run] [--force]
     norga eval --run runs/smoke [--output eval.json]
@@ -8,6 +8,7 @@
     norga reproduce --table 1 --rows sup21k --out runs/repro [--dry-run | --report]   # the paper's tables
     norga doctor [--config CFG]             # versions, torch/torchvision pairing, devices, a config's paths
     norga data prepare cifar100 --root DATA # download, verify, extract a benchmark (--check validates it)
+    norga configs [show NAME | copy NAME DIR]   # the shipped configs (--config takes a file or a shipped NAME)
     norga list
 
 ``train.py`` and ``eval.py`` are thin wrappers around :func:`train_main` and
@@ -35,7 +36,9 @@ from .preflight import config_problems, doctor_main
 
 # ---- train ----------------------------------------------------------------
 def add_train_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", required=True, help="YAML config, e.g. configs/cifar100_norga.yaml")
+    parser.add_argument("--config", required=True, metavar="FILE|NAME",
+                        help="a YAML file, or the name of a shipped config (norga configs lists them), e.g. smoke, "
+                             "cifar100_norga, smoke/l2p; a name that is also an existing file is read as the file")
     parser.add_argument("--output-dir", default=None, help="run folder (default: runs/<config name>)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config value, e.g. --set method.wtp.epochs=3 (repeatable)")
@@ -213,8 +216,16 @@ def reproduce_main(argv: Sequence[str]) -> int:
     return guarded(lambda: run(list(argv)), lambda: "finished runs are kept; run the same command again")
 
 
+def configs_main(argv: Sequence[str]) -> int:
+    """``norga configs [show NAME | copy NAME DIR]``: :mod:`norga.config.shipped_command` (imported only now)."""
+    from .config.shipped_command import main as run
+
+    return guarded(lambda: run(list(argv)), lambda: "nothing was written")
+
+
 # subcommands that parse their own arguments: name -> entry point taking the arguments after the name
-DELEGATED = {"summarize": summarize_main, "doctor": doctor_main, "data": data_main, "reproduce": reproduce_main}
+DELEGATED = {"summarize": summarize_main, "doctor": doctor_main, "data": data_main, "reproduce": reproduce_main,
+             "configs": configs_main}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -225,16 +236,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="norga", description=__doc__.split("\n\n")[0])
     parser.add_argument("--version", action="version", version=f"norga {__version__}")
     commands = parser.add_subparsers(dest="command", required=True,
-                                     metavar="{train,eval,summarize,reproduce,routes,doctor,data,list}")
+                                     metavar="{train,eval,summarize,reproduce,routes,doctor,data,configs,list}")
     add_train_arguments(commands.add_parser("train", help="train or resume a run"))
     add_eval_arguments(commands.add_parser("eval", help="re-evaluate a run from its checkpoints"))
     commands.add_parser("summarize", help="aggregate run folders over seeds (norga summarize --help)")
-    commands.add_parser("reproduce", help="the paper's tables from configs/reproduce/ (norga reproduce --help)")
+    commands.add_parser("reproduce", help="the paper's tables from the shipped manifest (norga reproduce --help)")
     routes = commands.add_parser("routes", help="N_eff and old-task loss change per route of an MoE-adapter run")
     routes.add_argument("--run", "--run-dir", dest="run", required=True, type=Path, help="a finished run folder")
     routes.add_argument("--bins", type=int, default=4, help="mass-quantile bins of N_eff (default 4)")
     commands.add_parser("doctor", help="check this install: versions, torch/torchvision pairing, devices (--config)")
     commands.add_parser("data", help="prepare or check a benchmark folder (norga data prepare --help)")
+    commands.add_parser("configs", help="the shipped configs: list, show NAME, copy NAME DIR (norga configs --help)")
     commands.add_parser("list", help="registered gates, methods, benchmarks and backbone presets")
     args = parser.parse_args(argv)
     if args.command == "train":

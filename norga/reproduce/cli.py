@@ -20,18 +20,16 @@ from typing import Optional, Sequence
 
 from ..errors import DIVERGED_EXIT
 from . import estimate as est
-from .manifest import DEFAULT_MANIFEST, QUICK_MANIFEST, ManifestError, load_manifest, parse_shard, select
+from .manifest import DEFAULT_MANIFEST, QUICK_MANIFEST, ManifestError, load_manifest, manifest_file, parse_shard, select
 from .report import aggregate, fill_readme, markdown, write_report
 from .runner import check_configs, expand, parse_pairs, run_all
-
-REPO = Path(__file__).resolve().parents[2]
-
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="norga reproduce", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n")[1])
-    p.add_argument("--manifest", type=Path, default=None, help=f"default {DEFAULT_MANIFEST} ({QUICK_MANIFEST} with "
-                   "--quick-gpu); relative paths are tried from the current folder, then from the repository")
+    p.add_argument("--manifest", default=None, metavar="FILE|NAME",
+                   help=f"a manifest file, or the name of a shipped one (default: the shipped {DEFAULT_MANIFEST}; "
+                   f"{QUICK_MANIFEST} with --quick-gpu); a name that is also an existing file is read as the file")
     p.add_argument("--table", type=int, default=None, help="the paper's table (1 or 2; default: all)")
     p.add_argument("--rows", nargs="+", default=[], metavar="ROW", help="backbone rows, e.g. sup21k ibot21k")
     p.add_argument("--only", nargs="+", default=[], metavar="NAME",
@@ -55,16 +53,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--no-estimate", action="store_true", help="--dry-run without the timing measurement")
     p.add_argument("--readme", type=Path, default=None, metavar="README.md",
                    help="with --report: fill the file's <!-- reproduce:gpu --> table with the complete cells")
-    p.add_argument("--quick-gpu", action="store_true", help="the 30-minute GPU check (configs/reproduce/quick_gpu.yaml)")
+    p.add_argument("--quick-gpu", action="store_true", help=f"the 30-minute GPU check (the shipped {QUICK_MANIFEST})")
     return p
-
-
-def manifest_path(args) -> Path:
-    """The manifest file: as given (from the current folder, else the repository), or the default."""
-    given = args.manifest or (QUICK_MANIFEST if args.quick_gpu else DEFAULT_MANIFEST)
-    if given.is_file() or given.is_absolute():
-        return given
-    return REPO / given if (REPO / given).is_file() else given
 
 
 def dry_run(cells, runs, configs, manifest, measure: bool) -> None:
@@ -156,7 +146,7 @@ def run(args) -> int:
         raise ManifestError("--readme goes with --report (the README's table is filled from finished runs)")
     if args.seeds is not None and args.seeds < 1:
         raise ManifestError(f"--seeds: expected a number of seeds >= 1, got {args.seeds}")
-    manifest = load_manifest(manifest_path(args))
+    manifest = load_manifest(manifest_file(args.manifest, args.quick_gpu))
     cells = select(manifest, args.table, args.rows, args.only, parse_shard(args.shard))
     if not cells:
         raise ManifestError("the selection (--table/--rows/--only/--shard) leaves no cell")

@@ -1,13 +1,14 @@
-"""The reproduction manifest: one entry per published cell (``configs/reproduce/*.yaml``), torch-free.
+"""The reproduction manifest: one entry per published cell (the shipped ``reproduce/paper``), torch-free.
 
-    m = load_manifest("configs/reproduce/paper.yaml")
+    m = load_manifest(manifest_file(None))      # the shipped reproduce/paper (a FILE or a shipped name otherwise)
     cells = select(m, table=1, rows=["sup21k"], only=["norga"], shard=(0, 2))
     for cell in cells: cell.config_path, cell.run_overrides(seed=42)
 
 A cell names a benchmark, a method, a backbone row (``model.preset``), its seeds, the shipped config it runs
 (``config`` + ``overrides``), the published numbers (``published: {FA: [mean, std]}``, in %, std ``null`` where
 the paper prints none) and their ``source``. ``config: null`` with ``missing: why`` is a published cell that
-cannot be run. The quick GPU check's manifest gives ``expected: {FA: [low, high]}`` ranges instead. Every
+cannot be run. A shipped manifest's ``config`` names a shipped config; another manifest's is a file relative
+to its folder or one of its parents, else a shipped config's name. The quick GPU check's manifest gives ``expected: {FA: [low, high]}`` ranges instead. Every
 mistake in a manifest raises :class:`ManifestError` naming the entry and the key.
 """
 from __future__ import annotations
@@ -19,11 +20,12 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import yaml
 
+from ..config.shipped import is_shipped, shipped_path
 from ..errors import NorgaError
 
 METRICS = ("FA", "CA", "FM")  # the paper's metrics, in % (FM in percentage points)
-DEFAULT_MANIFEST = Path("configs") / "reproduce" / "paper.yaml"
-QUICK_MANIFEST = Path("configs") / "reproduce" / "quick_gpu.yaml"
+DEFAULT_MANIFEST = "reproduce/paper"  # shipped names (norga configs lists them)
+QUICK_MANIFEST = "reproduce/quick_gpu"
 
 
 class ManifestError(NorgaError):
@@ -67,15 +69,31 @@ class Manifest:
     tables: Dict[int, str]
 
 
+def manifest_file(given: Optional[str], quick: bool = False) -> Path:
+    """The manifest to read: ``given`` if it is an existing file, else the shipped manifest so named; without
+    ``given`` the shipped ``reproduce/paper`` (``reproduce/quick_gpu`` when ``quick``)."""
+    name = given if given is not None else (QUICK_MANIFEST if quick else DEFAULT_MANIFEST)
+    if given is not None and Path(given).is_file():
+        return Path(given)
+    path = shipped_path(name)
+    if path is None:
+        raise ManifestError(f"manifest not found: {name} (neither a file nor a shipped manifest such as "
+                            f"{DEFAULT_MANIFEST}; norga configs lists the shipped ones)")
+    return path
+
+
 def _find_config(manifest: Path, name: str) -> Optional[Path]:
-    """``name`` relative to the manifest's folder or to one of its parents (so ``configs/x.yaml`` works)."""
+    """A shipped manifest's ``name`` among the shipped configs; another manifest's relative to its folder or to
+    one of its parents (so ``configs/x.yaml`` works), else a shipped config's name."""
+    if is_shipped(manifest):
+        return shipped_path(name)
     candidate = Path(name)
     if candidate.is_absolute():
         return candidate if candidate.is_file() else None
     for folder in (manifest.parent, *manifest.parent.parents):
         if (folder / candidate).is_file():
             return (folder / candidate).resolve()
-    return None
+    return shipped_path(name)
 
 
 def _pairs(entry_id: str, key: str, value, allow_null_second: bool) -> Dict[str, tuple]:
@@ -113,7 +131,7 @@ def _cell(path: Path, raw: dict, default_seeds: Sequence[int], known: Dict[str, 
         config_path = _find_config(path, str(raw["config"]))
         if config_path is None:
             raise ManifestError(f"{path}: cell {entry_id}: config {raw['config']!r} not found (relative to the "
-                                "manifest's folder or one of its parents)")
+                                "manifest's folder or one of its parents, nor a shipped config's name)")
     seeds = raw.get("seeds", default_seeds)
     if not seeds or not all(isinstance(s, int) for s in seeds):
         raise ManifestError(f"{path}: cell {entry_id}: seeds must be a non-empty list of integers, got {seeds!r}")

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..config import ConfigError, load_config
+from ..config.shipped import shipped_name
 from ..errors import NorgaError, TrainingDiverged
 from .manifest import Cell, ManifestError
 
@@ -54,11 +55,12 @@ class Run:
 
 
 def _short(path: Path) -> str:
-    """``path`` relative to the current folder when it is below it (readable commands), else absolute."""
+    """``path`` relative to the current folder when it is below it (readable commands), else a shipped config's
+    name (the same on every machine with norga installed), else absolute."""
     try:
         return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
     except ValueError:
-        return str(path)
+        return shipped_name(path) or str(path)
 
 
 def folder_status(folder: Path) -> str:
