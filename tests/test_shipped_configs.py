@@ -10,7 +10,7 @@ import pytest
 
 from norga.cli import main as norga
 from norga.config import ConfigError, load_config, read_config_file, shipped
-from norga.config.shipped import copy_config, description, resolve_config, shipped_names, shipped_root
+from norga.config.shipped import config_file, copy_config, description, shipped_names, shipped_root
 from norga.reproduce.manifest import ManifestError, load_manifest, manifest_file
 
 REPO = Path(__file__).resolve().parents[1]
@@ -38,7 +38,7 @@ def test_the_checkout_keeps_one_copy_and_every_yaml_is_shipped():
 
 def test_package_data_is_read_when_installed(installed):
     assert shipped_root() == installed.resolve()
-    assert resolve_config("smoke/l2p") == installed.resolve() / "smoke" / "l2p.yaml"
+    assert config_file("smoke/l2p") == installed.resolve() / "smoke" / "l2p.yaml"
 
 
 @pytest.mark.parametrize("given, file", [("smoke", "smoke.yaml"), ("smoke.yaml", "smoke.yaml"),
@@ -46,7 +46,7 @@ def test_package_data_is_read_when_installed(installed):
                                          ("cifar100_norga", "cifar100_norga.yaml"),
                                          ("bench/evidence/l2p", "bench/evidence/l2p.yaml")])
 def test_names_resolve_to_the_shipped_file(installed, given, file):
-    assert resolve_config(given) == installed.resolve() / file
+    assert config_file(given) == installed.resolve() / file
 
 
 def test_a_shipped_config_loads_with_its_base_among_the_shipped_configs(installed):
@@ -57,10 +57,10 @@ def test_a_shipped_config_loads_with_its_base_among_the_shipped_configs(installe
 
 def test_an_existing_file_wins_over_a_shipped_name(installed):
     Path("smoke").write_text("seed: 7\n")
-    assert resolve_config("smoke") == Path("smoke") and load_config("smoke").seed == 7
+    assert config_file("smoke") == Path("smoke") and load_config("smoke").seed == 7
     assert load_config("smoke.yaml").seed == load_config(CONFIGS / "smoke.yaml").seed != 7
     Path("cifar100_norga").mkdir()  # a folder is no file: the shipped config
-    assert resolve_config("cifar100_norga") == installed.resolve() / "cifar100_norga.yaml"
+    assert config_file("cifar100_norga") == installed.resolve() / "cifar100_norga.yaml"
 
 
 @pytest.mark.parametrize("given, near", [("smok", "smoke"), ("l2p", "smoke/l2p"), ("cifar100_norg", "cifar100_norga")])
@@ -70,7 +70,7 @@ def test_an_unknown_name_is_one_error_with_close_matches(installed, given, near)
     assert "\n" not in str(err.value)
     for bad in ("../smoke", "/smoke", "configs/../smoke.yaml", "smoke//l2p"):
         with pytest.raises(ConfigError, match="config file not found"):
-            resolve_config(bad)
+            config_file(bad)
 
 
 def test_norga_configs_lists_every_shipped_config_with_a_description(installed, capsys):

@@ -13,7 +13,8 @@ Every field is in the docs' configs page (generated from these dataclasses by
 :mod:`norga.commands.config_reference`).
 
 Modules: :mod:`.fields` (ConfigError, the field helper), :mod:`.registry` (method config sections by name),
-:mod:`.schema` (the dataclasses), :mod:`.parsing` (validation), :mod:`.loading` (files, includes, overrides).
+:mod:`.schema` (the dataclasses), :mod:`.parsing` (validation), :mod:`.loading` (files, includes, overrides),
+:mod:`.shipped` (the configs installed with norga, by name: ``load_config("smoke")``; ``norga configs``).
 """
 from .fields import ConfigError, _f
 from .loading import load_config, merge_configs, read_config_file

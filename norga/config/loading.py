@@ -11,7 +11,7 @@ from .fields import ConfigError
 from .parsing import from_dict
 from .registry import same_options
 from .schema import Config
-from .shipped import resolve_config
+from .shipped import config_file
 
 _BOOL = "tag:yaml.org,2002:bool"
 
@@ -39,9 +39,9 @@ def parse_yaml(text: str) -> Any:
 def load_config(path: Optional[Union[str, Path]] = None, overrides: Optional[List[str]] = None) -> Config:
     """Read YAML (or start from defaults), resolve ``base:`` includes, apply ``key.path=value`` overrides, validate.
 
-    ``path`` is a file or the name of a shipped config (:func:`~norga.config.shipped.resolve_config`: an existing
+    ``path`` is a file or the name of a shipped config (:func:`~norga.config.shipped.config_file`: an existing
     file wins)."""
-    raw: Dict[str, Any] = {} if path is None else read_config_file(resolve_config(path))
+    raw: Dict[str, Any] = {} if path is None else read_config_file(config_file(path))
     for item in overrides or []:
         _apply_override(raw, item)
     return from_dict(Config, raw, "")

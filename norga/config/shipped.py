@@ -8,12 +8,14 @@ Resolution (``--config``, a manifest's ``config:``, ``--manifest``): a path to a
 otherwise the shipped config of that name. A shipped config's ``base:`` is relative to its file, so it resolves
 among the shipped configs.
 
-    shipped_root()                  # the folder: norga/shipped (installed) or configs/ (a source checkout)
-    resolve_config("smoke")         # Path of the file read by load_config
-    shipped_names()                 # every name, sorted
+    shipped_root()                        # the folder: norga/shipped (installed) or configs/ (a checkout)
+    config_file("smoke")                  # the Path load_config reads
+    shipped_names()                       # every name, sorted
     copy_config("smoke/l2p", Path("my"))  # my/l2p.yaml and its base my/smoke.yaml, for editing
 
-Torch-free and independent of :mod:`.loading` (which uses it).
+The folder is read as a folder of the ``norga`` package (``importlib.resources.files("norga") / "shipped"``),
+not imported as a module: ``configs/`` has no ``__init__.py``, so in an editable install ``norga.shipped`` is not
+importable and the checkout's ``configs/`` beside the package is the folder. Torch-free; :mod:`.loading` uses it.
 """
 from __future__ import annotations
 
@@ -35,7 +37,8 @@ _BASE_LINE = re.compile(r"^base:[ \t]*(?P<value>[^#\n]*?)[ \t]*(?P<comment>#.*)?
 
 def shipped_root() -> Path:
     """The folder of the shipped configs: the package data ``norga/shipped`` of an installed norga, else the
-    ``configs/`` folder beside the ``norga`` package (a source checkout or an editable install)."""
+    ``configs/`` folder beside the ``norga`` package (a source checkout or an editable install: the norga
+    imported decides, so a worktree on PYTHONPATH reads its own configs)."""
     package = files("norga")
     if isinstance(package, Path):
         for root in (package / PACKAGE_FOLDER, package.parent / CHECKOUT_FOLDER):
@@ -105,7 +108,7 @@ def unknown_name(text: str, files_too: bool = True) -> ConfigError:
     return ConfigError(f"no shipped config is named {text}{close_matches(text)} (norga configs lists them)")
 
 
-def resolve_config(given: Union[str, Path]) -> Path:
+def config_file(given: Union[str, Path]) -> Path:
     """The file ``--config GIVEN`` reads: ``given`` if it is an existing file, else the shipped config so named.
 
     A folder that is no shipped name is returned as is (reading it says it is a folder); anything else raises

@@ -16,7 +16,9 @@ from .shipped import copy_config, description, shipped_names, shipped_path, ship
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="norga configs", description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(prog="norga configs", description="The configs shipped with norga: list them, "
+                                "print one, copy one for editing. norga train --config NAME runs one (a file "
+                                "named NAME in the current folder is read instead).",
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n")[1])
     commands = p.add_subparsers(dest="command", metavar="{list,show,copy}")
     commands.add_parser("list", help="every shipped config with its description (the default)")
