@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from norga.cli import main as norga
+from norga.commands.cli import main as norga
 from norga.config import ConfigError, load_config, read_config_file, shipped
 from norga.config.shipped import config_file, copy_config, description, shipped_names, shipped_root
 from norga.reproduce.manifest import ManifestError, load_manifest, manifest_file

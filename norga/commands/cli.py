@@ -218,7 +218,7 @@ def reproduce_main(argv: Sequence[str]) -> int:
 
 def configs_main(argv: Sequence[str]) -> int:
     """``norga configs [show NAME | copy NAME DIR]``: :mod:`norga.config.shipped_command` (imported only now)."""
-    from .config.shipped_command import main as run
+    from ..config.shipped_command import main as run
 
     return guarded(lambda: run(list(argv)), lambda: "nothing was written")
 

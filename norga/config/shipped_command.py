@@ -58,7 +58,7 @@ def copy(name: str, folder: Path, force: bool) -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Entry point of ``norga configs`` (``norga.cli`` wraps it: one ``error:`` line and exit 2 for a bad name)."""
+    """Entry point of ``norga configs`` (``norga.commands.cli`` wraps it: one ``error:`` line and exit 2 for a bad name)."""
     args = parser().parse_args(list(argv or []))
     if args.command == "show":
         sys.stdout.write(show(args.name))
