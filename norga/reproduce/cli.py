@@ -20,7 +20,7 @@ from typing import Optional, Sequence
 
 from ..errors import DIVERGED_EXIT
 from . import estimate as est
-from .manifest import DEFAULT_MANIFEST, QUICK_MANIFEST, ManifestError, load_manifest, manifest_file, parse_shard, select
+from .manifest import DEFAULT_NAME, QUICK_NAME, ManifestError, load_manifest, manifest_file, parse_shard, select
 from .report import aggregate, fill_readme, markdown, write_report
 from .runner import check_configs, expand, parse_pairs, run_all
 
@@ -28,8 +28,8 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="norga reproduce", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n")[1])
     p.add_argument("--manifest", default=None, metavar="FILE|NAME",
-                   help=f"a manifest file, or the name of a shipped one (default: the shipped {DEFAULT_MANIFEST}; "
-                   f"{QUICK_MANIFEST} with --quick-gpu); a name that is also an existing file is read as the file")
+                   help=f"a manifest file, or the name of a shipped one (default: the shipped {DEFAULT_NAME}; "
+                   f"{QUICK_NAME} with --quick-gpu); a name that is also an existing file is read as the file")
     p.add_argument("--table", type=int, default=None, help="the paper's table (1 or 2; default: all)")
     p.add_argument("--rows", nargs="+", default=[], metavar="ROW", help="backbone rows, e.g. sup21k ibot21k")
     p.add_argument("--only", nargs="+", default=[], metavar="NAME",
@@ -53,7 +53,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--no-estimate", action="store_true", help="--dry-run without the timing measurement")
     p.add_argument("--readme", type=Path, default=None, metavar="README.md",
                    help="with --report: fill the file's <!-- reproduce:gpu --> table with the complete cells")
-    p.add_argument("--quick-gpu", action="store_true", help=f"the 30-minute GPU check (the shipped {QUICK_MANIFEST})")
+    p.add_argument("--quick-gpu", action="store_true", help=f"the 30-minute GPU check (the shipped {QUICK_NAME})")
     return p
 
 

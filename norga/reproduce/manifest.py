@@ -7,9 +7,10 @@
 A cell names a benchmark, a method, a backbone row (``model.preset``), its seeds, the shipped config it runs
 (``config`` + ``overrides``), the published numbers (``published: {FA: [mean, std]}``, in %, std ``null`` where
 the paper prints none) and their ``source``. ``config: null`` with ``missing: why`` is a published cell that
-cannot be run. A shipped manifest's ``config`` names a shipped config; another manifest's is a file relative
-to its folder or one of its parents, else a shipped config's name. The quick GPU check's manifest gives ``expected: {FA: [low, high]}`` ranges instead. Every
-mistake in a manifest raises :class:`ManifestError` naming the entry and the key.
+cannot be run. The quick GPU check's manifest gives ``expected: {FA: [low, high]}`` ranges instead. Every
+mistake in a manifest raises :class:`ManifestError` naming the entry and the key. A shipped manifest's
+``config`` names a shipped config; another manifest's is a file relative to its folder or one of its parents,
+else a shipped config's name.
 """
 from __future__ import annotations
 
@@ -20,12 +21,13 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import yaml
 
-from ..config.shipped import is_shipped, shipped_path
+from ..config.shipped import is_shipped, name_of, shipped_path
 from ..errors import NorgaError
 
 METRICS = ("FA", "CA", "FM")  # the paper's metrics, in % (FM in percentage points)
-DEFAULT_MANIFEST = "reproduce/paper"  # shipped names (norga configs lists them)
-QUICK_MANIFEST = "reproduce/quick_gpu"
+DEFAULT_MANIFEST = Path("configs") / "reproduce" / "paper.yaml"  # the files in the repository
+QUICK_MANIFEST = Path("configs") / "reproduce" / "quick_gpu.yaml"
+DEFAULT_NAME, QUICK_NAME = name_of(str(DEFAULT_MANIFEST)), name_of(str(QUICK_MANIFEST))  # their shipped names
 
 
 class ManifestError(NorgaError):
@@ -72,13 +74,13 @@ class Manifest:
 def manifest_file(given: Optional[str], quick: bool = False) -> Path:
     """The manifest to read: ``given`` if it is an existing file, else the shipped manifest so named; without
     ``given`` the shipped ``reproduce/paper`` (``reproduce/quick_gpu`` when ``quick``)."""
-    name = given if given is not None else (QUICK_MANIFEST if quick else DEFAULT_MANIFEST)
+    name = given if given is not None else (QUICK_NAME if quick else DEFAULT_NAME)
     if given is not None and Path(given).is_file():
         return Path(given)
     path = shipped_path(name)
     if path is None:
         raise ManifestError(f"manifest not found: {name} (neither a file nor a shipped manifest such as "
-                            f"{DEFAULT_MANIFEST}; norga configs lists the shipped ones)")
+                            f"{DEFAULT_NAME}; norga configs lists the shipped ones)")
     return path
 
 

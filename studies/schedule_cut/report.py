@@ -70,7 +70,7 @@ def expected_range(metric: str, published: Tuple[float, Optional[float]], diff: 
 
 def derived_ranges(rows: Sequence[dict], ctx: dict) -> Dict[str, Dict[str, Tuple[float, float]]]:
     """Method -> metric -> the derived range, for methods with at least two paired seeds (an interval)."""
-    paper = ctx.get("paper") or REPO / "configs" / f"{DEFAULT_MANIFEST}.yaml"
+    paper = ctx.get("paper") or REPO / DEFAULT_MANIFEST
     out = {}
     for method, cell in ctx["cells"].items():
         diffs, published = differences(rows, method), published_values(cell, paper)
@@ -184,7 +184,7 @@ def markdown(all_rows: Sequence[dict], ctx: dict) -> str:
 
 def range_lines(rows: Sequence[dict], ctx: dict) -> List[str]:
     """The derived ranges beside the manifest's current ones, and whether --write-expected would write them."""
-    paper = ctx.get("paper") or REPO / "configs" / f"{DEFAULT_MANIFEST}.yaml"
+    paper = ctx.get("paper") or REPO / DEFAULT_MANIFEST
     ranges = derived_ranges(rows, ctx)
     lines = [f"Expected range of the quick GPU cell, [P + L − {STD_FACTOR:g}·S, P + H + {STD_FACTOR:g}·S] (P ± S "
              "published, [L, H] the interval above):", "",

@@ -224,8 +224,7 @@ def parse_args(argv=None):
                       help="add the rows of these results stems (parallel processes' --results) to --results")
     mode.add_argument("--write-expected", action="store_true",
                       help="write the derived ranges into the manifest's expected: fields (needs >= 3 paired seeds)")
-    p.add_argument("--manifest", type=Path, default=REPO / "configs" / f"{QUICK_MANIFEST}.yaml",
-                   help="the quick check's manifest")
+    p.add_argument("--manifest", type=Path, default=REPO / QUICK_MANIFEST, help="the quick check's manifest")
     p.add_argument("--shared", type=Path, default=REPO.parent / "shared", help="folder with data/ and weights/")
     p.add_argument("--data-dir", type=Path, default=REPO / "runs" / "bench_data", help="where the 50-class file goes")
     p.add_argument("--runs-dir", type=Path, default=None, help="run folders (default runs/schedule_cut[_quick])")
