@@ -1,0 +1,173 @@
+"""The GPU check's steps, registered by name in run order; each takes a :class:`Context` and ``emit`` (a partial
+result, kept even when the step is stopped) and returns its result dict. ``passed``: True / False, or None where
+the step only reports (the CPU's attention backends)."""
+from __future__ import annotations
+
+import contextlib
+import platform
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Dict, List, Optional
+
+import torch
+
+from norga.registry import registrar
+
+from . import gpu_check_prepare as prep
+
+Emit = Callable[[str, object], None]
+STEPS: Dict[str, Callable] = {}
+register_step = registrar(STEPS, "gpu check step")
+# seconds per step on one H200 (sum + start-up + report <= 8 minutes) and with --tiny on a 2-core CPU
+BUDGETS = {"environment": (20, 20), "attention": (30, 30), "smoke": (130, 60), "small_task": (120, 40),
+           "timing": (150, 60)}
+# |FA(device) - FA(CPU reference)| and the largest |entry difference| of the accuracy matrices, in points: a
+# numerics-only difference moves a few of the 100 test images of a task; a broken device path (attention,
+# autocast, data) costs tens of points
+FA_TOLERANCE = {"off": 3.0, "bf16": 5.0}
+ENTRY_TOLERANCE = 10.0
+
+
+@dataclass
+class Context:
+    """What every step gets: the device, --tiny, the prepared folder, the output folder, the step's wall deadline
+    (``time.time()`` seconds) and the whole check's."""
+    device: torch.device
+    tiny: bool
+    data: Path
+    out: Path
+    deadline: float
+    check_deadline: float
+
+
+@contextlib.contextmanager
+def logged(path: Path):
+    """Send everything printed inside (norga's run logs, progress bars) to ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f, contextlib.redirect_stdout(f), contextlib.redirect_stderr(f):
+        yield
+
+
+def say(line: str) -> None:
+    print(f"[gpu_check] {line}", flush=True)
+
+
+@register_step("environment")
+def environment(ctx: Context, emit: Emit) -> dict:
+    """Versions, the device, and whether it does bf16; fails when CUDA was asked for and is not there."""
+    import timm
+    import torchvision
+
+    import norga
+
+    out = {"python": platform.python_version(), "torch": torch.__version__, "torchvision": torchvision.__version__,
+           "timm": timm.__version__, "norga": norga.__version__, "cuda_runtime": torch.version.cuda,
+           "device": str(ctx.device), "cpu_threads": torch.get_num_threads()}
+    if ctx.device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise RuntimeError("--device cuda but torch sees no CUDA device (torch.cuda.is_available() is False): "
+                               "check the driver and CUDA_VISIBLE_DEVICES, or install a CUDA build of torch")
+        props = torch.cuda.get_device_properties(ctx.device)
+        out.update(gpu=props.name, capability=f"{props.major}.{props.minor}", memory_mib=props.total_memory // 2 ** 20,
+                   bf16=torch.cuda.is_bf16_supported(), cudnn=torch.backends.cudnn.version(),
+                   tf32_matmul=torch.backends.cuda.matmul.allow_tf32)
+    say(f"device {out.get('gpu', ctx.device)}, torch {out['torch']}, timm {out['timm']}")
+    out["passed"] = True
+    return out
+
+
+@register_step("attention")
+def attention(ctx: Context, emit: Emit) -> dict:
+    from .gpu_check_attention import sdpa_check
+    from .gpu_check_timing import FULL, TINY, random_vit
+
+    spec = TINY if ctx.tiny else FULL
+    out = sdpa_check(random_vit(spec).to(ctx.device), ctx.device, spec["size"])
+    for amp, d in out["dtypes"].items():
+        say(f"SDPA at head dim {out['augmented_head_dim']} ({amp}): fused-only {d['prefix_restricted']['status']}, "
+            f"model {d['model_restricted']['status']}, profiler saw {d['prefix_profiled']['backends']}")
+    return out
+
+
+@register_step("smoke")
+def smoke(ctx: Context, emit: Emit) -> dict:
+    """Every registered method's smoke config on the device in fp32 (amp off) and bf16 autocast."""
+    from norga.config import load_config, method_configs
+
+    reference = prep.read_reference(ctx.data).get("smoke_FA", {}) if ctx.data else {}
+    runs, failed = {}, []
+    for name in sorted(method_configs()):
+        for amp in ("off", "bf16"):
+            cfg = load_config(prep.REPO / "configs" / "smoke" / f"{name}.yaml", [f"device={ctx.device}", f"amp={amp}"])
+            folder = ctx.out / "smoke" / f"{name}_{amp}"
+            try:
+                with logged(ctx.out / "logs" / f"smoke_{name}_{amp}.log"):
+                    result = prep.train(cfg, folder)
+                result = {"FA": result["FA"], "seconds": result["seconds"], "cpu_FA": reference.get(name)}
+            except Exception as err:  # one method's failure is its row, the others still run
+                result = {"error": f"{type(err).__name__}: {prep.first_line(err)}"}
+                failed.append(f"{name}/{amp}")
+            runs[f"{name}/{amp}"] = result
+            emit(f"{name}/{amp}", result)
+            say(f"smoke {name:10s} {amp:4s} " + (f"FA {result['FA']:.3f} in {result['seconds']:.1f} s"
+                                               if "FA" in result else result["error"]))
+    return {"runs": runs, "failed": failed, "passed": not failed}
+
+
+def compare(reference: dict, got: dict, amp: str) -> dict:
+    """Entry-wise differences of two accuracy matrices (fractions) in points, against the stated tolerances."""
+    pairs = [(a, b) for ra, rb in zip(reference["acc_matrix"], got["acc_matrix"]) for a, b in zip(ra, rb)
+             if a is not None and b is not None]
+    entry = max(abs(a - b) for a, b in pairs) * 100
+    fa = (got["FA"] - reference["FA"]) * 100
+    return {"FA": got["FA"], "cpu_FA": reference["FA"], "FA_diff_points": round(fa, 2),
+            "max_entry_diff_points": round(entry, 2), "tolerance": {"FA": FA_TOLERANCE[amp], "entry": ENTRY_TOLERANCE},
+            "within": abs(fa) <= FA_TOLERANCE[amp] and entry <= ENTRY_TOLERANCE,
+            "acc_matrix": got["acc_matrix"], "seconds": got["seconds"]}
+
+
+@register_step("small_task")
+def small_task(ctx: Context, emit: Emit) -> dict:
+    """NoRGa on the prepared task on the device in fp32 (compared with the CPU run), then in bf16 if time is left."""
+    manifest = prep.verify(ctx.data)
+    reference = prep.read_reference(ctx.data)
+    out: Dict[str, object] = {"checksums": "ok", "files_mib": round(manifest["total_bytes"] / 2 ** 20, 2),
+                              "cpu_seconds": reference["seconds"]}
+    last: Optional[float] = None
+    for amp in ("off", "bf16"):
+        left = ctx.deadline - time.time()
+        if last is not None and last * 1.3 > left:
+            out[amp] = {"skipped": f"the fp32 run took {last:.0f} s and {left:.0f} s of the step's budget are left"}
+            emit(amp, out[amp])
+            say(f"small task {amp}: skipped ({out[amp]['skipped']})")
+            continue
+        cfg = prep.folder_config(ctx.data, [f"device={ctx.device}", f"amp={amp}"])
+        with logged(ctx.out / "logs" / f"small_task_{amp}.log"):
+            got = prep.train(cfg, ctx.out / "small_task" / amp)
+        out[amp] = compare(reference, got, amp)
+        emit(amp, out[amp])
+        last = got["seconds"]
+        say(f"small task {amp}: FA {got['FA'] * 100:.2f} (CPU {reference['FA'] * 100:.2f}), max entry diff "
+            f"{out[amp]['max_entry_diff_points']:.1f} points, {'within' if out[amp]['within'] else 'OUTSIDE'} "
+            f"tolerance, {got['seconds']:.0f} s")
+    out["passed"] = all(out[a]["within"] for a in ("off", "bf16") if "within" in out[a])
+    return out
+
+
+@register_step("timing")
+def timing(ctx: Context, emit: Emit) -> dict:
+    from .gpu_check_timing import timing_step
+
+    def each(key: str, value: dict) -> None:
+        emit(key, value)
+        peak = f", peak {value['peak_mib']} MiB" if value["peak_mib"] is not None else ""
+        say(f"timing {key}: {value['img_s']:.0f} img/s (first call {value['first_s']:.1f} s{peak})")
+
+    out = timing_step(ctx.device, ctx.tiny, each)
+    out["passed"] = True
+    return out
+
+
+def step_names() -> List[str]:
+    return list(STEPS)
