@@ -227,3 +227,26 @@ def test_dry_run_lists_every_published_cell_with_its_command():
     assert sum(line.strip().startswith("$ norga train --config configs/") for line in lines) == 68
     assert sum("not runnable: no shipped" in line for line in lines) == 16
     assert "84 cells (68 runnable, 16 not), 204 runs; estimated total ? (--no-estimate)" in dry.stdout
+
+
+def test_quick_check_states_its_minutes_as_an_estimate_until_measured_rates_exist(tmp_path):
+    """Without a rates file the line says "estimate"; with the GPU check's gpu_rates.json it names the measurement
+    and its minutes follow the measured rates (twice the rates: half the time)."""
+    from norga.reproduce.quick import ASSUMED_RATES, expected_line
+    from norga.reproduce.runner import check_configs, expand
+
+    manifest = load_manifest(QUICK)
+    runs = expand(select(manifest, None, [], [], None), tmp_path, [], {}, None, {})
+    configs = check_configs(runs)
+    assumed = expected_line(runs, configs, manifest, tmp_path / "absent.json")
+    assert "estimate" in assumed and "no GPU check has measured" in assumed
+    rates = {k: 2 * v for k, v in ASSUMED_RATES.items() if k != "batch"}
+    path = tmp_path / "gpu_rates.json"
+    path.write_text(json.dumps({**rates, "batch": 64, "amp": "bf16", "device": "NVIDIA H200", "date": "then"}))
+    measured = expected_line(runs, configs, manifest, path)
+    assert "measured by python -m bench.gpu_check on NVIDIA H200" in measured and "estimate" not in measured
+    minutes = [float(line.split(": ")[1].split(" min")[0]) for line in (assumed, measured)]
+    assert minutes[1] == pytest.approx(minutes[0] / 2, abs=1)
+    path.write_text("{}")
+    with pytest.raises(Exception, match="not a rates file"):
+        expected_line(runs, configs, manifest, path)

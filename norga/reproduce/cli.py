@@ -160,6 +160,10 @@ def run(args) -> int:
         report(cells, out, title, seeds=args.seeds, readme=args.readme)
         return 0
     configs = check_configs(runs)  # torch-free: every config mistake before anything runs
+    if args.quick_gpu and not args.print_commands:
+        from .quick import expected_line
+
+        print(expected_line(runs, configs, manifest))
     if args.print_commands:
         for run_ in runs:
             print(f"{run_.command(args.nproc)}   # {run_.status()}")

@@ -60,3 +60,44 @@ def timing_lines(records: dict) -> str:
                   f"{p['train']:.0f} img/s, frozen forward {p['frozen']:.0f} img/s, prompted forward "
                   f"{p['eval']:.0f} img/s; peak memory {peak}."]
     return "\n".join(lines) + "\n"
+
+
+# ---- the quick check's expected minutes on one H100/H200 -------------------------------------------------------
+MEASURED_RATES = Path(__file__).resolve().parents[2] / "configs" / "reproduce" / "gpu_rates.json"
+# images/s of ViT-B/16 at 224 px in bf16 assumed for an H100 (docs/reproduce.md, "What it costs"): no GPU check
+# has measured them yet; `python -m bench.gpu_check` writes gpu_rates.json, copied to MEASURED_RATES
+ASSUMED_RATES = {"train": 1500.0, "frozen": 5000.0, "eval": 4000.0, "batch": 64}
+
+
+def gpu_rates(path: Path = MEASURED_RATES):
+    """(``Rates``, label): the measured rates of ``path`` when it exists, else the assumed ones (an estimate)."""
+    from .estimate import Rates
+
+    if path.is_file():
+        r = json.loads(path.read_text())
+        try:
+            rates = Rates(r["device"], r["amp"], float(r["train"]), float(r["frozen"]), float(r["eval"]),
+                          r.get("peak_mib"), int(r["batch"]))
+        except (KeyError, TypeError, ValueError) as err:
+            from ..errors import NorgaError
+
+            raise NorgaError(f"{path}: not a rates file of python -m bench.gpu_check ({err!r}); delete it or copy "
+                             "the gpu_rates.json the GPU check wrote") from None
+        return rates, (f"from rates measured by python -m bench.gpu_check on {r['device']} ({r.get('date', '?')}; "
+                       f"{path.name})")
+    a = ASSUMED_RATES
+    rates = Rates("H100 (assumed)", "bf16", a["train"], a["frozen"], a["eval"], None, a["batch"])
+    return rates, (f"an estimate at assumed rates of {a['train']:.0f} / {a['frozen']:.0f} / {a['eval']:.0f} img/s "
+                   "(training step / frozen / prompted forward, ViT-B/16 bf16): no GPU check has measured them yet")
+
+
+def expected_line(runs, configs, manifest, path: Path = MEASURED_RATES) -> str:
+    """One line: the runs' expected minutes on one H100/H200 and where the rates come from."""
+    from .estimate import estimate, human_seconds, workload
+
+    rates, label = gpu_rates(path)
+    seconds = [estimate(workload(cfg, manifest.benchmarks.get(run.cell.benchmark)), rates)["seconds"]
+               for run, cfg in zip(runs, configs)]
+    total = None if any(s is None for s in seconds) else sum(seconds)
+    return (f"expected on one H100/H200: {human_seconds(total)} of backbone passes for {len(configs)} runs, plus data "
+            f"loading and the Gaussian stages ({label})")
