@@ -26,7 +26,8 @@ from norga.models.prefix_attention import padded_head_dim
 FUSED = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]
 PREFIX_LENGTH = 5
 # kernel / operator name fragments -> backend (CUDA kernels and ATen operators, lower case)
-BACKEND_MARKERS = (("flash_attention_for_cpu", "cpu-flash"), ("flashattentionforcpu", "cpu-flash"), ("flash", "flash"), ("efficient", "memory-efficient"),
+BACKEND_MARKERS = (("flash_attention_for_cpu", "cpu-flash"), ("flashattentionforcpu", "cpu-flash"), ("flash", "flash"),
+                   ("efficient", "memory-efficient"),
                    ("mem_eff", "memory-efficient"), ("fmha", "memory-efficient"), ("attention_math", "math"))
 
 
