@@ -32,7 +32,9 @@ from .gpu_check_report import write_summary
 from .gpu_check_steps import BUDGETS, STEPS
 from .gpu_check_worker import EVENTS
 
-TOTAL_BUDGET = {False: 480.0, True: 360.0}  # seconds of the whole check: one 8-minute call / --tiny (a bound)
+# seconds of the whole check from its start (the 8-minute call less ~15 s of interpreter start and imports before
+# it) / --tiny (a bound)
+TOTAL_BUDGET = {False: 465.0, True: 360.0}
 START_UP_S = 15.0  # a worker's imports and CUDA context before its first step (counted against the total)
 MIN_SHARE = 0.5  # a step starts only if at least this share of its budget is left in the check's total
 
@@ -50,7 +52,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=None, help="output folder (default runs/gpu_check/<UTC time>)")
     p.add_argument("--steps", nargs="+", choices=list(STEPS), default=list(STEPS), help="run only these steps")
     p.add_argument("--total-budget", type=float, default=None, metavar="S",
-                   help="seconds for the whole check (default 480; 360 with --tiny)")
+                   help="seconds for the whole check (default 465; 360 with --tiny)")
     return p
 
 
@@ -83,8 +85,9 @@ class Watch:
             self.current = None
 
 
-def run_worker(plan: dict, out: Path, records: Dict[str, dict], budgets: Dict[str, float], deadline: float) -> None:
-    """One worker over ``plan``'s steps until it exits, or until its current step overruns (then it is killed)."""
+def run_worker(plan: dict, out: Path, records: Dict[str, dict], budgets: Dict[str, float], deadline: float) -> int:
+    """One worker over ``plan``'s steps until it exits, or until its current step overruns (then it is killed);
+    the worker's exit status."""
     plan_path = out / "plan.json"
     plan_path.write_text(json.dumps(plan))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(prep.REPO), os.environ.get("PYTHONPATH", "")])}
@@ -99,7 +102,7 @@ def run_worker(plan: dict, out: Path, records: Dict[str, dict], budgets: Dict[st
             if watch.current is not None:  # died inside a step (a crash, not an exception)
                 records[watch.current].update(status="crashed", reason=f"the worker exited with status "
                                               f"{proc.returncode} inside this step (its output is above)")
-            return
+            return proc.returncode
         step = watch.current
         if step is not None and time.time() > min(records[step]["started"] + budgets[step], deadline):
             os.killpg(proc.pid, signal.SIGKILL)  # the worker's own process group (start_new_session)
@@ -109,7 +112,7 @@ def run_worker(plan: dict, out: Path, records: Dict[str, dict], budgets: Dict[st
             records[step].update(status="timeout", seconds=ran, reason=f"stopped after {ran} s (budget "
                                  f"{budgets[step]:.0f} s); its measurements so far are kept")
             print(f"[gpu_check] {step}: stopped at its budget ({budgets[step]:.0f} s)", flush=True)
-            return
+            return proc.returncode
         time.sleep(0.2)
 
 
@@ -130,7 +133,10 @@ def run_check(args, out: Path, data: Optional[Path]) -> int:
             break
         plan = {"steps": pending, "device": args.device, "tiny": args.tiny, "data": str(data) if data else None,
                 "out": str(out), "budgets": budgets, "check_deadline": deadline}
-        run_worker(plan, out, records, budgets, deadline)
+        status = run_worker(plan, out, records, budgets, deadline)
+        if not any(s in records for s in pending):  # the worker died before its first step (e.g. an import)
+            records[pending[0]] = {"status": "crashed", "reason": f"the worker exited with status {status} before "
+                                   "this step started (its output is above)"}
         for step in pending:
             if step in records:
                 records[step]["budget_s"] = budgets[step]

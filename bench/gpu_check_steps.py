@@ -20,8 +20,8 @@ Emit = Callable[[str, object], None]
 STEPS: Dict[str, Callable] = {}
 register_step = registrar(STEPS, "gpu check step")
 # seconds per step on one H200 (sum + start-up + report <= 8 minutes) and with --tiny on a 2-core CPU
-BUDGETS = {"environment": (20, 30), "attention": (30, 30), "smoke": (130, 120), "small_task": (120, 60),
-           "timing": (140, 90)}
+BUDGETS = {"environment": (15, 30), "attention": (25, 30), "smoke": (110, 120), "small_task": (150, 60),
+           "timing": (130, 90)}
 # |FA(device) - FA(CPU reference)| and the largest |entry difference| of the accuracy matrices, in points: a
 # numerics-only difference moves a few of the 100 test images of a task; a broken device path (attention,
 # autocast, data) costs tens of points
