@@ -33,7 +33,6 @@ import yaml
 
 from norga.config import config_to_dict, load_config
 from norga.errors import NorgaError
-from norga.models.checkpoints import first_line  # noqa: F401 (the steps' error lines)
 
 REPO = Path(__file__).resolve().parents[1]
 LIMIT_BYTES = 60 * 2 ** 20

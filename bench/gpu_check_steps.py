@@ -12,6 +12,7 @@ from typing import Callable, Dict, List, Optional
 
 import torch
 
+from norga.models.checkpoints import first_line
 from norga.registry import registrar
 
 from . import gpu_check_prepare as prep
@@ -106,7 +107,7 @@ def smoke(ctx: Context, emit: Emit) -> dict:
                     result = prep.train(cfg, folder)
                 result = {"FA": result["FA"], "seconds": result["seconds"], "cpu_FA": reference.get(name)}
             except Exception as err:  # one method's failure is its row, the others still run
-                result = {"error": f"{type(err).__name__}: {prep.first_line(err)}"}
+                result = {"error": f"{type(err).__name__}: {first_line(err)}"}
                 failed.append(f"{name}/{amp}")
             runs[f"{name}/{amp}"] = result
             emit(f"{name}/{amp}", result)

@@ -87,7 +87,7 @@ def prompted_passes(vit: torch.nn.Module, x: torch.Tensor) -> Dict[str, Callable
     model = PromptedViT(vit, prompt_layers=layers, gate="norga").to(x.device).eval()
     model.freeze_backbone()
     pool = PromptPool(2, len(layers), 5, model.num_heads, model.head_dim).to(x.device)
-    passes = backbone_passes(model, pool, x, torch.arange(len(x), device=x.device) % 2)
+    passes = backbone_passes(model, pool, x, torch.arange(len(x)) % 2)  # ids on the CPU: gather checks them there
 
     def in_bf16(fn):
         def run():

@@ -43,6 +43,7 @@ def run_plan(plan: dict) -> None:
         ctx = Context(torch.device(plan["device"]), plan["tiny"], Path(plan["data"]) if plan["data"] else None, out,
                       start + plan["budgets"][name], plan["check_deadline"])
         events.write(step=name, event="start")
+        print(f"[gpu_check] step {name} (budget {plan['budgets'][name]:.0f} s) ...", flush=True)
 
         def emit(key: str, value: object, _step: str = name) -> None:
             events.write(step=_step, event="partial", key=key, value=value)

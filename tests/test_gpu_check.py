@@ -92,6 +92,12 @@ def test_size_over_the_limit_is_refused(tmp_path, monkeypatch):
         prep.write_manifest(folder, {})
 
 
+def test_a_folder_git_would_track_is_refused():
+    with pytest.raises(prep.PreparedFolderError, match="not git-ignored"):
+        prep.check_ignored(prep.REPO / "bench" / "gpu_check_data")
+    prep.check_ignored(prep.REPO / "runs" / "gpu_check_data")  # runs/ is ignored
+
+
 def test_accuracy_comparison_and_backend_names():
     reference = {"acc_matrix": [[0.5, 0.4], [None, 0.6]], "FA": 0.5}
     near = compare(reference, {"acc_matrix": [[0.52, 0.41], [None, 0.6]], "FA": 0.505, "seconds": 1}, "off")
