@@ -77,33 +77,35 @@ def attention_lines(record: dict) -> List[str]:
 
 def smoke_lines(record: dict) -> List[str]:
     runs = (record.get("result") or {}).get("runs") or record.get("partials") or {}
-    lines = ["## Smoke configs", "", "| method | amp | FA | CPU FA (fp32) | seconds |", "|---|---|---|---|---|"]
+    lines = ["## Smoke configs", "", "| method | amp | FA | CPU FA (fp32) | seconds | peak MiB |",
+             "|---|---|---|---|---|---|"]
     for key, r in runs.items():
         method, amp = key.split("/")
         if "error" in r:
-            lines.append(f"| {method} | {amp} | error: {r['error']} | | |")
+            lines.append(f"| {method} | {amp} | error: {r['error']} | | | |")
             continue
         cpu = "–" if r.get("cpu_FA") is None else f"{r['cpu_FA']:.3f}"
-        lines.append(f"| {method} | {'fp32' if amp == 'off' else amp} | {r['FA']:.3f} | {cpu} | {r['seconds']} |")
+        lines.append(f"| {method} | {'fp32' if amp == 'off' else amp} | {r['FA']:.3f} | {cpu} | {r['seconds']} | "
+                     f"{mib(r.get('peak_mib'))} |")
     return lines
 
 
 def small_task_lines(record: dict) -> List[str]:
     r = (record.get("result") or {}) or record.get("partials") or {}
     lines = ["## NoRGa on the small CIFAR-100 task", "",
-             "| amp | FA | CPU FA | FA diff (points) | max entry diff (points) | tolerance (FA / entry) | within | s |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| amp | FA | CPU FA | FA diff (points) | max entry diff (points) | tolerance (FA / entry) | within | s "
+             "| peak MiB |", "|---|---|---|---|---|---|---|---|---|"]
     for amp in ("off", "bf16"):
         c = r.get(amp)
         if not c:
             continue
         if "skipped" in c:
-            lines.append(f"| {amp} | skipped: {c['skipped']} | | | | | | |")
+            lines.append(f"| {amp} | skipped: {c['skipped']} | | | | | | | |")
             continue
         tol = c["tolerance"]
         lines.append(f"| {'fp32' if amp == 'off' else amp} | {c['FA'] * 100:.2f} | {c['cpu_FA'] * 100:.2f} | "
                      f"{c['FA_diff_points']:+.2f} | {c['max_entry_diff_points']:.2f} | {tol['FA']} / {tol['entry']} | "
-                     f"{'yes' if c['within'] else '**no**'} | {c['seconds']} |")
+                     f"{'yes' if c['within'] else '**no**'} | {c['seconds']} | {mib(c.get('peak_mib'))} |")
     return lines
 
 
@@ -116,11 +118,14 @@ def timing_lines(record: dict) -> List[str]:
              "| mode | pass | img/s | median s | first call s | peak MiB |", "|---|---|---|---|---|---|"]
     for key, v in passes.items():
         mode, name = key.split("/")
-        peak = "n/a (CPU)" if v["peak_mib"] is None else v["peak_mib"]
-        lines.append(f"| {mode} | {name} | {v['img_s']} | {v['median_s']} | {v['first_s']} | {peak} |")
+        lines.append(f"| {mode} | {name} | {v['img_s']} | {v['median_s']} | {v['first_s']} | {mib(v['peak_mib'])} |")
     lines += ["", "Prompted / plain timm seconds: " + (", ".join(f"{k} {v}" for k, v in ratios(passes).items())
                                                        or "not measured")]
     return lines
+
+
+def mib(value) -> str:
+    return "n/a (CPU)" if value is None else str(value)
 
 
 SECTIONS = {"attention": attention_lines, "smoke": smoke_lines, "small_task": small_task_lines,

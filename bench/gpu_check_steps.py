@@ -50,6 +50,16 @@ def logged(path: Path):
         yield
 
 
+@contextlib.contextmanager
+def peak_memory(device: torch.device, into: dict):
+    """Put the enclosed code's peak CUDA memory (MiB, ``max_memory_allocated``) into ``into["peak_mib"]`` (None on
+    the CPU)."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    yield
+    into["peak_mib"] = round(torch.cuda.max_memory_allocated(device) / 2 ** 20) if device.type == "cuda" else None
+
+
 def say(line: str) -> None:
     print(f"[gpu_check] {line}", flush=True)
 
@@ -103,9 +113,10 @@ def smoke(ctx: Context, emit: Emit) -> dict:
             cfg = load_config(prep.REPO / "configs" / "smoke" / f"{name}.yaml", [f"device={ctx.device}", f"amp={amp}"])
             folder = ctx.out / "smoke" / f"{name}_{amp}"
             try:
-                with logged(ctx.out / "logs" / f"smoke_{name}_{amp}.log"):
+                memory: dict = {}
+                with logged(ctx.out / "logs" / f"smoke_{name}_{amp}.log"), peak_memory(ctx.device, memory):
                     result = prep.train(cfg, folder)
-                result = {"FA": result["FA"], "seconds": result["seconds"], "cpu_FA": reference.get(name)}
+                result = {"FA": result["FA"], "seconds": result["seconds"], "cpu_FA": reference.get(name), **memory}
             except Exception as err:  # one method's failure is its row, the others still run
                 result = {"error": f"{type(err).__name__}: {first_line(err)}"}
                 failed.append(f"{name}/{amp}")
@@ -144,9 +155,10 @@ def small_task(ctx: Context, emit: Emit) -> dict:
             say(f"small task {amp}: skipped ({out[amp]['skipped']})")
             continue
         cfg = prep.folder_config(ctx.data, [f"device={ctx.device}", f"amp={amp}"])
-        with logged(ctx.out / "logs" / f"small_task_{amp}.log"):
+        memory: dict = {}
+        with logged(ctx.out / "logs" / f"small_task_{amp}.log"), peak_memory(ctx.device, memory):
             got = prep.train(cfg, ctx.out / "small_task" / amp)
-        out[amp] = compare(reference, got, amp)
+        out[amp] = {**compare(reference, got, amp), **memory}
         emit(amp, out[amp])
         last = got["seconds"]
         say(f"small task {amp}: FA {got['FA'] * 100:.2f} (CPU {reference['FA'] * 100:.2f}), max entry diff "
