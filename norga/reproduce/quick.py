@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Dict
+from typing import Dict, Optional
 
 
 def stage_timings(folder: Path, cfg) -> Dict[str, dict]:
@@ -63,16 +63,19 @@ def timing_lines(records: dict) -> str:
 
 
 # ---- the quick check's expected minutes on one H100/H200 -------------------------------------------------------
-MEASURED_RATES = Path(__file__).resolve().parents[2] / "configs" / "reproduce" / "gpu_rates.json"
+MEASURED_RATES = "reproduce/gpu_rates.json"  # below the shipped configs' folder (configs/ in a checkout)
 # images/s of ViT-B/16 at 224 px in bf16 assumed for an H100 (docs/reproduce.md, "What it costs"): no GPU check
-# has measured them yet; `python -m bench.gpu_check` writes gpu_rates.json, copied to MEASURED_RATES
+# has measured them yet; `python -m bench.gpu_check` writes gpu_rates.json, copied to configs/reproduce/
 ASSUMED_RATES = {"train": 1500.0, "frozen": 5000.0, "eval": 4000.0, "batch": 64}
 
 
-def gpu_rates(path: Path = MEASURED_RATES):
-    """(``Rates``, label): the measured rates of ``path`` when it exists, else the assumed ones (an estimate)."""
+def gpu_rates(path: Optional[Path] = None):
+    """(``Rates``, label): the measured rates of ``path`` (default: configs/reproduce/gpu_rates.json) when it
+    exists, else the assumed ones (an estimate)."""
+    from ..config.shipped import shipped_root
     from .estimate import Rates
 
+    path = path or shipped_root() / MEASURED_RATES
     if path.is_file():
         r = json.loads(path.read_text())
         try:
@@ -91,7 +94,7 @@ def gpu_rates(path: Path = MEASURED_RATES):
                    "(training step / frozen / prompted forward, ViT-B/16 bf16): no GPU check has measured them yet")
 
 
-def expected_line(runs, configs, manifest, path: Path = MEASURED_RATES) -> str:
+def expected_line(runs, configs, manifest, path: Optional[Path] = None) -> str:
     """One line: the runs' expected minutes on one H100/H200 and where the rates come from."""
     from .estimate import estimate, human_seconds, workload
 
