@@ -28,6 +28,7 @@ from typing import List, Optional, Sequence
 
 from .._version import __version__
 from ..config import ConfigError, load_config
+from ..config.origins import resolved_lines
 from .environment import check_environment
 from ..errors import NorgaError
 from .guard import INTERRUPTED, close_progress_bars, guarded, user_error  # noqa: F401 - the command-line contract
@@ -46,6 +47,8 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
                         help="check config, data (decoding every image file; 'quick': a sample of 256), weights "
                              "and checkpoint together, print the task split, train nothing")
     parser.add_argument("--force", action="store_true", help="resume even if the config changed")
+    parser.add_argument("--print-config", action="store_true",
+                        help="first print the resolved config, each value with its origin (norga configs resolve)")
 
 
 def _precheck(cfg, out: Path) -> None:
@@ -59,6 +62,8 @@ def _precheck(cfg, out: Path) -> None:
 
 def run_train(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, args.overrides)  # before torch is imported
+    if args.print_config:
+        print("\n".join(resolved_lines(args.config, args.overrides)), flush=True)
     out = Path(args.output_dir or Path("runs") / Path(args.config).stem)
     _precheck(cfg, out)
     check_environment()  # torch / torchvision / timm importable and paired: one line naming the fix otherwise

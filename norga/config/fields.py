@@ -3,10 +3,26 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import field
+from typing import List, Sequence
 
 
 class ConfigError(ValueError):
-    """A config value is unknown, mistyped or out of range (message names the key path)."""
+    """A config value is unknown, mistyped or out of range (message names the key path).
+
+    ``problems``: the one-line problems it stands for (one, or several from :meth:`listing`).
+    """
+
+    def __init__(self, *args, problems: Sequence[str] = ()):
+        super().__init__(*args)
+        self.problems: List[str] = list(problems) or [str(args[0]) if args else ""]
+
+    @classmethod
+    def listing(cls, problems: Sequence[str]) -> "ConfigError":
+        """One error for every problem found: the problem itself, or 'N problems in the config: (1) ...; (2) ...'."""
+        if len(problems) == 1:
+            return cls(problems[0])
+        listed = "; ".join(f"({i}) {p}" for i, p in enumerate(problems, 1))
+        return cls(f"{len(problems)} problems in the config: {listed}", problems=problems)
 
 
 def _f(default=dataclasses.MISSING, *, ge=None, gt=None, le=None, choices=None, **kw):

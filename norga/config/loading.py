@@ -1,6 +1,7 @@
 """YAML files -> a :class:`~norga.config.schema.Config`: ``base:`` includes, ``key.path=value`` overrides."""
 from __future__ import annotations
 
+import copy
 import re
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, Union
@@ -8,6 +9,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 import yaml
 
 from .fields import ConfigError
+from .method_switch import method_switch_problem
 from .parsing import from_dict
 from .registry import same_options
 from .schema import Config
@@ -16,13 +18,37 @@ from .shipped import config_file
 _BOOL = "tag:yaml.org,2002:bool"
 
 
+class DuplicateKey(yaml.constructor.ConstructorError):
+    """A mapping names a key twice (``key``; ``first`` and ``problem_mark``: the marks of both)."""
+
+    def __init__(self, key: Any, first: yaml.Mark, second: yaml.Mark):
+        super().__init__(None, None, f"duplicate key {key!r} (first on line {first.line + 1})", second)
+        self.key, self.first = key, first
+
+
 class ConfigLoader(yaml.SafeLoader):
-    """PyYAML's safe loader with YAML 1.2 booleans: only true/false (any case) are booleans.
+    """PyYAML's safe loader with YAML 1.2 booleans and no duplicate keys.
 
     YAML 1.1 (PyYAML's default) also reads yes/no/on/off/y/n as booleans, so ``eval_mask_unseen: yes`` or
     ``amp: off`` would silently become a bool; here they stay strings, and a boolean option given one is an
-    error that says to write true or false.
+    error that says to write true or false. A key given twice in one mapping (at any level) raises
+    :class:`DuplicateKey` instead of PyYAML's silent "the last one wins".
     """
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen: Dict[Any, yaml.Mark] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue  # '<<: *anchor' merges may repeat keys by design
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    if key in seen:
+                        raise DuplicateKey(key, seen[key], key_node.start_mark)
+                    seen[key] = key_node.start_mark
+                except TypeError:  # an unhashable key: PyYAML's own error follows
+                    pass
+        return super().construct_mapping(node, deep)
 
 
 ConfigLoader.yaml_implicit_resolvers = {
@@ -40,14 +66,44 @@ def load_config(path: Optional[Union[str, Path]] = None, overrides: Optional[Lis
     """Read YAML (or start from defaults), resolve ``base:`` includes, apply ``key.path=value`` overrides, validate.
 
     ``path`` is a file or the name of a shipped config (:func:`~norga.config.shipped.config_file`: an existing
-    file wins)."""
+    file wins). Every problem of the overrides and of the values is reported together, in one :class:`ConfigError`."""
+    raw, problems = _resolve(path, overrides)
+    try:
+        cfg = from_dict(Config, raw, "")
+    except ConfigError as err:
+        problems += err.problems
+    if problems:
+        raise ConfigError.listing(problems)
+    return cfg
+
+
+def resolved_mapping(path: Optional[Union[str, Path]] = None, overrides: Optional[List[str]] = None) -> Dict[str, Any]:
+    """The config's mapping before validation: the file with its ``base:`` chain, then the ``--set`` overrides."""
+    raw, problems = _resolve(path, overrides)
+    if problems:
+        raise ConfigError.listing(problems)
+    return raw
+
+
+def _resolve(path: Optional[Union[str, Path]], overrides: Optional[List[str]]) -> Tuple[Dict[str, Any], List[str]]:
+    """(the mapping of the file and the overrides that apply, the overrides' problems)."""
     raw: Dict[str, Any] = {} if path is None else read_config_file(config_file(path))
+    before = copy.deepcopy(raw.get("method"))
+    problems: List[str] = []
     for item in overrides or []:
-        _apply_override(raw, item)
-    return from_dict(Config, raw, "")
+        try:
+            _apply_override(raw, item)
+        except ConfigError as err:
+            problems.extend(err.problems)
+    switched = method_switch_problem(before, raw.get("method"), overrides or [])
+    if switched:  # the old method's keys would each be one more 'unknown key' problem
+        problem, left = switched
+        raw["method"] = {key: value for key, value in raw["method"].items() if key not in left}
+        problems.append(problem)
+    return raw, problems
 
 
-def read_config_file(path: Path, _including: Tuple[Path, ...] = ()) -> Dict[str, Any]:
+def read_config_file(path: Path) -> Dict[str, Any]:
     """A config file's mapping with its ``base:`` chain merged in (the file's own values win).
 
     ``base: other.yaml`` (a path relative to the file) names a config this one
@@ -55,10 +111,18 @@ def read_config_file(path: Path, _including: Tuple[Path, ...] = ()) -> Dict[str,
     replaced. A section naming another ``name`` than the base's (another method,
     another gate) replaces the base's section whole: its keys belong to the other one.
     """
+    merged: Dict[str, Any] = {}
+    for _, raw in config_chain(path):
+        merged = merge_configs(merged, raw)
+    return merged
+
+
+def config_chain(path: Path, _including: Tuple[Path, ...] = ()) -> List[Tuple[Path, Dict[str, Any]]]:
+    """The files of a config, its ``base:`` chain first: (path, its own mapping without ``base``), in merge order."""
     raw = _read_yaml_file(path)
     base = raw.pop("base", None)
     if base is None:
-        return raw
+        return [(path, raw)]
     if not isinstance(base, str) or not base.strip():
         raise ConfigError(f"{path}: base must be the path of another config file, got {base!r}")
     base_path = (path.parent / base).resolve()
@@ -67,7 +131,7 @@ def read_config_file(path: Path, _including: Tuple[Path, ...] = ()) -> Dict[str,
         raise ConfigError(f"{path}: base {base!r} includes itself ({' -> '.join(str(p) for p in chain + (base_path,))})")
     if not base_path.is_file():
         raise ConfigError(f"{path}: base config not found: {base_path} (base paths are relative to the file)")
-    return merge_configs(read_config_file(base_path, chain), raw)
+    return config_chain(base_path, chain) + [(path, raw)]
 
 
 def merge_configs(base: Dict[str, Any], own: Dict[str, Any]) -> Dict[str, Any]:
@@ -106,6 +170,9 @@ def _read_yaml_file(path: Path) -> Dict[str, Any]:
         raise ConfigError(f"{path}: not a UTF-8 text file ({err.reason} at byte {err.start})") from err
     except OSError as err:
         raise ConfigError(f"cannot read config file {path}: {err.strerror or err}") from err
+    except DuplicateKey as err:
+        raise ConfigError(f"{path}:{err.problem_mark.line + 1}: duplicate key {err.key!r}, first at {path}:"
+                          f"{err.first.line + 1}; keep one of them (YAML would silently keep the last)") from err
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: invalid YAML at {_yaml_problem(err)}") from err
     if raw is None:

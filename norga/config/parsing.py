@@ -18,41 +18,69 @@ def from_dict(cls, raw: Dict[str, Any], prefix: str):
     """Build dataclass ``cls`` from ``raw``, validating every key (errors name ``prefix.key``).
 
     A field with ``metadata["method"]`` is a method section: its dataclass is the
-    one registered for ``raw[field]["name"]``.
+    one registered for ``raw[field]["name"]``. Every problem is found before one
+    :class:`ConfigError` lists them all (:meth:`ConfigError.listing`).
     """
+    found: List[str] = []
+    built = _build(cls, raw, prefix, found)
+    if found:
+        raise ConfigError.listing(found)
+    return built
+
+
+def _build(cls, raw: Any, prefix: str, found: List[str]):
+    """``cls`` built from ``raw``, or None; every problem is appended to ``found``."""
     if not isinstance(raw, dict):
-        raise ConfigError(f"{prefix or 'config'}: expected a mapping, got {type(raw).__name__}")
-    _refuse_moved_keys(raw, prefix)
+        found.append(f"{prefix or 'config'}: expected a mapping, got {type(raw).__name__}")
+        return None
     fields = {f.name: f for f in dataclasses.fields(cls)}
-    hints = typing.get_type_hints(cls)
-    unknown = sorted(set(raw) - set(fields))
+    moved = _moved_key_problems(raw, prefix)
+    found += moved
+    unknown = sorted(set(raw) - set(fields) - {k for k in raw if _join(prefix, k) in MOVED_KEYS})
     if unknown:
-        where = prefix or "top level"
-        raise ConfigError(f"unknown key(s) {[_join(prefix, k) for k in unknown]} at {where}; "
-                          f"allowed: {sorted(fields)}")
-    values = {}
-    for name, f in fields.items():
-        if name not in raw:
-            continue
-        key = _join(prefix, name)
-        if f.metadata.get("method"):
-            section = raw[name] if raw[name] is not None else {}
-            chosen = section.get("name", DEFAULT_METHOD) if isinstance(section, dict) else None
-            values[name] = from_dict(method_config_class(chosen), section, key)
-        elif dataclasses.is_dataclass(hints[name]):
-            values[name] = from_dict(hints[name], raw[name], key)
+        found.append(f"unknown key(s) {[_join(prefix, k) for k in unknown]} at {prefix or 'top level'}; "
+                     f"allowed: {sorted(fields)}")
+    hints = typing.get_type_hints(cls)
+    values, failed = {}, []
+    for name in (n for n in fields if n in raw):
+        key, before = _join(prefix, name), len(found)
+        try:
+            value = _field_value(fields[name], hints[name], raw[name], key, found)
+        except ConfigError as err:
+            found.extend(err.problems)
+        if len(found) > before:
+            failed.append(key)
         else:
-            values[name] = _check_value(key, raw[name], hints[name], f.metadata)
-    return cls(**values)
+            values[name] = value
+    return _construct(cls, values, failed, found) if not (moved or unknown) else None
 
 
-def _refuse_moved_keys(raw: Dict[str, Any], prefix: str) -> None:
+def _field_value(f, hint, value: Any, key: str, found: List[str]) -> Any:
+    """One field's checked value (a section: its dataclass, built with its problems appended to ``found``)."""
+    if f.metadata.get("method"):
+        section = value if value is not None else {}
+        chosen = section.get("name", DEFAULT_METHOD) if isinstance(section, dict) else None
+        return _build(method_config_class(chosen), section, key, found)
+    if dataclasses.is_dataclass(hint):
+        return _build(hint, value, key, found)
+    return _check_value(key, value, hint, f.metadata)
+
+
+def _construct(cls, values: Dict[str, Any], failed: List[str], found: List[str]):
+    """``cls(**values)``; its own checks' problems appended to ``found``. With ``failed`` fields (left at their
+    defaults) a check naming one of them is dropped: it would judge the default, not the user's value."""
+    try:
+        return cls(**values)
+    except ConfigError as err:
+        found.extend(p for p in err.problems if not any(key in p for key in failed))
+        return None
+
+
+def _moved_key_problems(raw: Dict[str, Any], prefix: str) -> List[str]:
     """An old-layout key is an error naming its new place (never silently reinterpreted)."""
-    for name in raw:
-        key = _join(prefix, name)
-        if key in MOVED_KEYS:
-            raise ConfigError(f"{key} moved to {MOVED_KEYS[key]} (norga 0.2 config layout: everything a method "
-                              f"owns lives under method:); write it as {MOVED_KEYS[key]} (every key: the docs' configs page)")
+    return [f"{key} moved to {MOVED_KEYS[key]} (norga 0.2 config layout: everything a method owns lives under "
+            f"method:); write it as {MOVED_KEYS[key]} (every key: the docs' configs page)"
+            for key in (_join(prefix, name) for name in raw) if key in MOVED_KEYS]
 
 
 def _join(prefix: str, name: str) -> str:

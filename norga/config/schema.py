@@ -104,18 +104,21 @@ class Config:
     logging: LoggingConfig = field(default_factory=LoggingConfig)
 
     def __post_init__(self):
+        problems = []
         if not 0 <= self.seed < 2**43:  # named random streams need it (norga.toolkit.seeding)
-            raise ConfigError(f"seed: expected an integer in [0, 2**43), got {self.seed!r}")
+            problems.append(f"seed: expected an integer in [0, 2**43), got {self.seed!r}")
         if self.amp is False:
             self.amp = "off"
         if self.amp not in AMP_MODES:
-            raise ConfigError(f"amp: {self.amp!r} is not one of {list(AMP_MODES)}")
+            problems.append(f"amp: {self.amp!r} is not one of {list(AMP_MODES)}")
         if isinstance(self.compile, bool):
             self.compile = "default" if self.compile else "off"
         if self.compile not in COMPILE_MODES:
-            raise ConfigError(f"compile: {self.compile!r} is not one of {list(COMPILE_MODES)} (or true / false)")
+            problems.append(f"compile: {self.compile!r} is not one of {list(COMPILE_MODES)} (or true / false)")
         if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", str(self.device)):
-            raise ConfigError(f"device: expected auto, cpu, cuda or cuda:K (K = a GPU index), got {self.device!r}")
+            problems.append(f"device: expected auto, cpu, cuda or cuda:K (K = a GPU index), got {self.device!r}")
+        if problems:
+            raise ConfigError.listing(problems)
 
 
 # Keys of the norga 0.1/0.2 layout -> where they live now (an old config gets an error naming the new key).

@@ -3,6 +3,7 @@
     norga configs                                # every shipped config's name and one-line description
     norga configs show smoke/l2p                 # print one (its base: is relative to its file)
     norga configs copy cifar100_norga my_configs # copy one and its base: chain into my_configs/, for editing
+    norga configs resolve cifar100_norga --set seed=1   # a config resolved, each value with its origin
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Sequence
 
+from .origins import resolved_lines
 from .shipped import copy_config, description, shipped_names, shipped_path, shipped_root, unknown_name
 
 
@@ -20,7 +22,7 @@ def parser() -> argparse.ArgumentParser:
                                 "print one, copy one for editing. norga train --config NAME runs one (a file "
                                 "named NAME in the current folder is read instead).",
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n")[1])
-    commands = p.add_subparsers(dest="command", metavar="{list,show,copy}")
+    commands = p.add_subparsers(dest="command", metavar="{list,show,copy,resolve}")
     commands.add_parser("list", help="every shipped config with its description (the default)")
     show = commands.add_parser("show", help="print a shipped config")
     show.add_argument("name", help="a shipped config's name, e.g. smoke or smoke/l2p")
@@ -28,6 +30,11 @@ def parser() -> argparse.ArgumentParser:
     copy.add_argument("name", help="a shipped config's name, e.g. cifar100_norga")
     copy.add_argument("folder", type=Path, help="where to write the files (created if missing)")
     copy.add_argument("--force", action="store_true", help="overwrite files that already exist there")
+    resolve = commands.add_parser("resolve", help="a config (file or shipped name) fully resolved: base chain merged, "
+                                  "--set applied, defaults filled in, each value with its origin")
+    resolve.add_argument("config", help="a config file or a shipped config's name, e.g. cifar100_norga")
+    resolve.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                         help="override a config value, as norga train --set (repeatable)")
     return p
 
 
@@ -64,6 +71,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         sys.stdout.write(show(args.name))
     elif args.command == "copy":
         print(copy(args.name, args.folder, args.force))
+    elif args.command == "resolve":
+        print("\n".join(resolved_lines(args.config, args.overrides)))
     else:
         _print_piped("\n".join(listing()))
     return 0
