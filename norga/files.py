@@ -36,13 +36,14 @@ def file_mode() -> int:
     return 0o666 & ~_umask()
 
 
-def write_failure(path: Path, err: OSError) -> RunError:
-    """One-line error for a failed write (disk full, read-only or unwritable folder, ...)."""
+def write_failure(path: Path, err: OSError, option: str = "--output-dir") -> RunError:
+    """One-line error for a failed write (disk full, read-only or unwritable folder, ...); ``option``: the command's
+    option choosing where it writes."""
     reason = err.strerror or str(err)
     if err.errno in _FULL:
         fix = "free some space"
     elif err.errno in _READ_ONLY:
-        fix = "make the folder writable or choose another --output-dir"
+        fix = f"make the folder writable or choose another {option}"
     else:
         fix = "check the folder"
     return RunError(f"cannot write {path}: {reason}; {fix}, then re-run the same command "
@@ -68,17 +69,18 @@ def fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
+def atomic_write_bytes(path: Path, data: bytes, option: str = "--output-dir") -> None:
     """Temp file in the same folder + fsync + rename + folder fsync: readers never see a partial file.
 
-    A failure (e.g. disk full) leaves the previous file untouched and raises :class:`RunError`.
+    A failure (e.g. disk full) leaves the previous file untouched and raises :class:`RunError` (naming ``option``,
+    the command's option choosing where it writes, as the way around a read-only folder).
     """
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     except OSError as err:
-        raise write_failure(path, err) from err
+        raise write_failure(path, err, option) from err
     try:
         with os.fdopen(fd, "wb") as f:
             os.fchmod(f.fileno(), file_mode())
@@ -89,7 +91,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     except BaseException as err:
         Path(tmp).unlink(missing_ok=True)
         if isinstance(err, OSError):
-            raise write_failure(path, err) from err
+            raise write_failure(path, err, option) from err
         raise
     fsync_dir(path.parent)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -154,7 +155,7 @@ def test_tiny_grid_runs_resumes_after_a_kill_and_reports(tmp_path):
     manifest, out = tiny_manifest(tmp_path), tmp_path / "grid"
     dry = reproduce("--manifest", str(manifest), "--out", str(out), "--dry-run")
     assert dry.returncode == 0, dry.stderr
-    assert "not runnable: not part of the tiny grid" in dry.stdout and "3 cells (2 runnable, 1 not), 4 runs" in dry.stdout
+    assert "not runnable: not part of the tiny grid" in dry.stdout and "3 cells (2 runnable here, 0 lacking data or weights here, 1 not runnable), 4 runs" in dry.stdout
     assert "seeds: 0 missing, 1 missing; est. " in dry.stdout and "n/a (CPU)" in dry.stdout
     # the first run completes, the second is killed while training
     proc = subprocess.Popen([sys.executable, "-m", "norga", "reproduce", "--manifest", str(manifest), "--out", str(out)],
@@ -226,7 +227,9 @@ def test_dry_run_lists_every_published_cell_with_its_command():
     assert sum(line.startswith(("t1-", "t2-")) for line in lines) == 84
     assert sum(line.strip().startswith("$ norga train --config configs/") for line in lines) == 68
     assert sum("not runnable: no shipped" in line for line in lines) == 16
-    assert "84 cells (68 runnable, 16 not), 204 runs; estimated total ? (--no-estimate)" in dry.stdout
+    here, lacking = map(int, re.search(r"84 cells \((\d+) runnable here, (\d+) lacking data or weights here, 16 not "
+                                       r"runnable\), 204 runs; estimated total \? \(--no-estimate\)", dry.stdout).groups())
+    assert here + lacking == 68 and sum("not runnable here, missing: " in line for line in lines) == lacking
 
 
 def test_quick_check_states_its_minutes_as_an_estimate_until_measured_rates_exist(tmp_path):

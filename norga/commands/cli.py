@@ -22,6 +22,7 @@ imported, so a config mistake costs a fraction of a second.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 from typing import List, Optional, Sequence
@@ -132,7 +133,7 @@ def run_eval(args: argparse.Namespace) -> int:
     if not _main_process():  # torchrun: rank 0 writes and prints
         return 0
     out = args.output or args.run / "eval.json"
-    atomic_write_bytes(out, (json.dumps(metrics, indent=2) + "\n").encode())
+    atomic_write_bytes(out, (json.dumps(metrics, indent=2) + "\n").encode(), option="--output")
     print(f"{metrics['completed_tasks']} of {metrics['num_tasks']} tasks evaluated: FA {metrics['FA']:.4f}  "
           f"CA {metrics['CA']:.4f}  FM {metrics['FM']:.4f}  TII {metrics['tii_accuracy']}  -> {out}")
     return 0
@@ -196,7 +197,7 @@ def registry_lines() -> List[str]:
 
     kinds = next(f for f in dataclasses.fields(StatsConfig) if f.name == "kind").metadata["choices"]
     lines = ["methods (method.name):"]
-    lines += [f"  {name}: {(cls.__doc__ or '').strip().splitlines()[0]}" for name, cls in sorted(METHOD_CONFIGS.items())]
+    lines += [f"  {name}: {first_sentence(cls.__doc__ or '')}" for name, cls in sorted(METHOD_CONFIGS.items())]
     lines.append("gates (method.gate: {name: ..., options}), for prefix methods:")
     lines += [f"  {name}: {options(cls.Options)}" for name, cls in sorted(GATES.items())]
     lines.append(f"benchmarks (data.name): {', '.join(sorted(BENCHMARKS))}")
@@ -204,6 +205,13 @@ def registry_lines() -> List[str]:
     lines += [f"  {name}: {p.model_name}" for name, p in sorted(BACKBONE_PRESETS.items())]
     lines.append(f"statistics kinds of hideprompt (method.stats.kind): {', '.join(kinds)}")
     return lines
+
+
+def first_sentence(doc: str) -> str:
+    """The whole first sentence of a docstring (its first paragraph up to a full stop), on one line."""
+    paragraph = " ".join(doc.strip().split("\n\n")[0].split()).replace("``", "")
+    found = re.match(r"(.+?[.!?])(?=\s+[A-Z]|$)", paragraph)
+    return found.group(1) if found else paragraph
 
 
 # ---- the norga command ---------------------------------------------------------------

@@ -23,7 +23,8 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="{prepare,list}")
     prep = commands.add_parser("prepare", help="download, verify and extract a benchmark (or --check it)")
     prep.add_argument("benchmark", help="cifar100, imagenet_r, cub200 or five_datasets")
-    prep.add_argument("--root", required=True, help="the data folder (data.root of your configs)")
+    prep.add_argument("--root", default=None, help="the data folder (data.root of your configs; default: the one the "
+                      "shipped configs read, e.g. data/cifar100; norga data list shows each)")
     prep.add_argument("--mirror", help="a folder holding the archives (same names); used instead of downloading")
     prep.add_argument("--offline", action="store_true", help="download nothing: print the URLs and the layout")
     prep.add_argument("--sha256", action="append", default=[], metavar="NAME=HEX",
@@ -56,7 +57,7 @@ def list_lines() -> List[str]:
     get_preparer("cifar100")  # registers the shipped preparers
     lines = []
     for name, preparer in sorted(PREPARERS.items()):
-        lines.append(f"{name}:")
+        lines += [f"{name}:", f"  default --root {preparer.root} (data.root of the shipped configs)"]
         lines += [f"  {a.name}  {a.checksum or 'no published checksum'}  ({a.source})" for a in preparer.archives]
     return lines
 
@@ -64,11 +65,13 @@ def list_lines() -> List[str]:
 def run(args) -> int:
     """The ``norga data`` command after parsing; DataError for anything the user can fix."""
     from ..data.check import MAX_LISTED, check_benchmark
-    from ..data.prepare import prepare
+    from ..data.prepare import get_preparer, prepare
 
     if args.command == "list":
         print("\n".join(list_lines()))
         return 0
+    if args.root is None:
+        args.root = get_preparer(args.benchmark).root
     if args.check:
         lines, problems = check_benchmark(args.benchmark, args.root, decode=not args.no_decode,
                                           per_class=args.per_class, progress=not args.no_progress)

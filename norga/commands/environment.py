@@ -60,6 +60,18 @@ def install_hint(torch_version: str) -> str:
     return f"pip install --force-reinstall --no-deps '{spec}'{index}"
 
 
+def fix_hint(torch_version: str) -> str:
+    """:func:`install_hint`, and for a torch of a build index (``+cpu``, ``+cu124``) also the install that needs no
+    such index: torch and the matching torchvision together from the configured one (PyPI's default builds
+    pair with each other, so ``norga doctor`` is then satisfied)."""
+    (major, minor, *_), tag = _split(torch_version)
+    series = matching_torchvision(torch_version)
+    if not tag or not series:
+        return install_hint(torch_version)
+    return (f"{install_hint(torch_version)}; or, if that index cannot be reached, the pair from your configured "
+            f"index: pip install --force-reinstall 'torch=={major}.{minor}.*' 'torchvision=={series}'")
+
+
 def version_problems(versions: Dict[str, Optional[str]]) -> List[str]:
     """What is wrong with these installed versions (empty when nothing), each naming the fix. Torch-free."""
     missing = [name for name in PACKAGES if not versions.get(name)]
@@ -71,11 +83,11 @@ def version_problems(versions: Dict[str, Optional[str]]) -> List[str]:
     problems = []
     if series and not _split(vision_v)[0][:2] == (0, int(series.split(".")[1])):
         problems.append(f"torchvision {vision_v} does not pair with torch {torch_v} (needs {series}); "
-                        f"{install_hint(torch_v)}")
+                        f"{fix_hint(torch_v)}")
     elif _split(torch_v)[1] != _split(vision_v)[1]:
         problems.append(f"torch {torch_v} and torchvision {vision_v} are different builds "
                         f"({_split(torch_v)[1] or 'default'} vs {_split(vision_v)[1] or 'default'}); "
-                        f"{install_hint(torch_v)}")
+                        f"{fix_hint(torch_v)}")
     return problems
 
 
@@ -88,7 +100,7 @@ def import_problems() -> List[str]:
         except Exception as err:  # noqa: BLE001 - any failure to import is this environment's problem
             first = " ".join(str(err).split())[:200] or type(err).__name__
             torch_v = installed_versions().get("torch")
-            fix = install_hint(torch_v) if name == "torchvision" and torch_v else f"pip install --force-reinstall {name}"
+            fix = fix_hint(torch_v) if name == "torchvision" and torch_v else f"pip install --force-reinstall {name}"
             problems.append(f"import {name} fails ({type(err).__name__}: {first}); {fix}")
             break  # later imports depend on the earlier ones
     return problems

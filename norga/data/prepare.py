@@ -60,6 +60,7 @@ class Preparer:
     archives: Tuple[Archive, ...]
     layout: str
     check: Callable[..., object]
+    root: str = "data"  # the default --root: data.root of the shipped configs of this benchmark
 
 
 PREPARERS: Dict[str, Preparer] = {}
@@ -139,8 +140,8 @@ def _fetch(preparer: Preparer, archive: Archive, root: Path, mirror: Optional[Pa
         download(archive.urls, local, progress)
     except OSError as err:
         print(manual_steps(preparer, root, _pending(preparer, root)))
-        where = f"not in the mirror {mirror} and " if mirror is not None else ""
-        raise DataError(f"{preparer.benchmark}: {archive.name} is {where}could not be downloaded ({err}); "
+        where = f"is not in the mirror {mirror} and " if mirror is not None else ""
+        raise DataError(f"{preparer.benchmark}: {archive.name} {where}could not be downloaded ({err}); "
                         "place the files by hand as printed above") from err
     return local, True
 

@@ -59,7 +59,8 @@ SVHN = tuple(Archive(f"SVHN/{part}_32x32.mat", (f"http://ufldl.stanford.edu/hous
              for part, digest in SVHN_MD5.items())
 
 register_preparer("cifar100")(Preparer(
-    "cifar100", (CIFAR100,), "{root}/cifar-100-python/{{train,test,meta}}  (torchvision CIFAR100)", check_cifar100))
+    "cifar100", (CIFAR100,), "{root}/cifar-100-python/{{train,test,meta}}  (torchvision CIFAR100)", check_cifar100,
+    "data/cifar100"))
 register_preparer("imagenet_r")(Preparer(
     "imagenet_r", (IMAGENET_R,),
     "{root}/imagenet-r/<wnid>/<image>.jpg  (200 class folders, 30,000 images)", check_imagenet_r))
@@ -74,4 +75,5 @@ register_preparer("five_datasets")(Preparer(
     "{root}/MNIST/raw/{{train,t10k}}-{{images-idx3,labels-idx1}}-ubyte\n"
     "{root}/cifar-10-batches-py/\n"
     "{root}/notMNIST/{{Train,Test}}/{{A..J}}/*.png\n"
-    "{root}/FashionMNIST/raw/{{train,t10k}}-{{images-idx3,labels-idx1}}-ubyte", check_five_datasets))
+    "{root}/FashionMNIST/raw/{{train,t10k}}-{{images-idx3,labels-idx1}}-ubyte", check_five_datasets,
+    "data/five_datasets"))

@@ -1,6 +1,7 @@
 """Accuracy matrices and everything metrics.json records about a run (:class:`MetricsTracker`)."""
 from __future__ import annotations
 
+import copy
 import hashlib
 import platform
 from typing import Optional
@@ -43,6 +44,9 @@ class MetricsTracker:
         self.times = prev.get("task_seconds", [])
         self.done = prev.get("completed_tasks", 0)
         self.configs: list = []  # the resolved config that trained each recorded task (None: not known)
+        # the method's description after the last recorded task: a task that failed or was interrupted after it
+        # leaves its gate values and diagnostics out of metrics.json, which describes completed tasks only
+        self.described: dict = {"name": method.name}
 
     def record(self, task: int, evaluation, seconds: float, config: Optional[dict] = None) -> None:
         """Task ``task``'s evaluations of tasks 0..task, its wall seconds and the config that trained it."""
@@ -54,6 +58,7 @@ class MetricsTracker:
         self.times = self.times[:task] + [seconds]
         self.configs = self.configs[:task] + [None] * (task - len(self.configs)) + [config]
         self.done = task + 1
+        self.described = copy.deepcopy(self.method.describe())
 
     def _block(self, rows):
         return [row[: self.done] for row in rows[: self.done]]
@@ -90,7 +95,7 @@ class MetricsTracker:
             "data": self.bench.info(),
             "backbone": {"preset": m.preset, "name": m.name, "checkpoint": m.checkpoint,
                          "checkpoint_sha256_16": checkpoint_id(m.checkpoint), "pretrained": m.pretrained},
-            "method": self.method.describe(),
+            "method": self.described,
             "norga": code_version(),  # version and git commit of the code that produced the run
             "versions": {"python": platform.python_version(), "torch": torch.__version__,
                          "timm": timm.__version__, "torchvision": torchvision.__version__,

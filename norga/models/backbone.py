@@ -58,6 +58,8 @@ BACKBONE_PRESETS: Dict[str, BackbonePreset] = {
     "moco1k": BackbonePreset("vit_base_patch16_224", "MoCo v3 ViT-B/16 vit-b-300ep.pth.tar "
                              "(facebookresearch/moco-v3 repository)"),
 }
+LOCAL_ONLY_PRESETS = ("ibot21k", "ibot1k", "dino1k", "moco1k")  # no timm hub weights: model.checkpoint is needed
+
 
 # ---- timm hub weights: local cache lookup (no network) and offline-safe creation ------------
 def _hub_source(name: str) -> Tuple[str, object]:
@@ -157,7 +159,7 @@ def build_backbone(preset: Optional[str] = None, model_name: Optional[str] = Non
     spec = BACKBONE_PRESETS.get(preset)
     name = model_name or spec.model_name
     hub = pretrained and checkpoint is None
-    if hub and preset in ("ibot21k", "ibot1k", "dino1k", "moco1k") and model_name is None:
+    if hub and preset in LOCAL_ONLY_PRESETS and model_name is None:
         raise CheckpointError(f"preset {preset!r} needs a local checkpoint file: {spec.source}")
     if not timm.is_model(name):
         raise ConfigError(f"model.name: timm has no model {name!r} (list them with timm.list_models('vit*'))")

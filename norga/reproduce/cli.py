@@ -20,6 +20,7 @@ from typing import Optional, Sequence
 
 from ..errors import DIVERGED_EXIT
 from . import estimate as est
+from .inputs import missing_inputs
 from .manifest import DEFAULT_NAME, QUICK_NAME, ManifestError, load_manifest, manifest_file, parse_shard, select
 from .report import aggregate, fill_readme, markdown, write_report
 from .runner import check_configs, expand, parse_pairs, run_all
@@ -58,8 +59,9 @@ def parser() -> argparse.ArgumentParser:
 
 
 def dry_run(cells, runs, configs, manifest, measure: bool) -> None:
-    """Print every selected cell (not runnable ones with the reason): its command, its runs' status, estimate."""
-    rates, total, by_cell = {}, 0.0, {}
+    """Print every selected cell (not runnable ones with the reason, runnable ones lacking their data or weights
+    on this machine with what is missing): its command, its runs' status, estimate."""
+    rates, total, by_cell, lacking = {}, 0.0, {}, 0
     for run, cfg in zip(runs, configs):
         by_cell.setdefault(run.cell.id, []).append((run, cfg))
     for cell in cells:
@@ -71,6 +73,8 @@ def dry_run(cells, runs, configs, manifest, measure: bool) -> None:
         if not cell_runs:
             continue
         run, cfg = cell_runs[0]
+        missing = missing_inputs(cfg, cell.benchmark, cell.backbone)
+        lacking += bool(missing)
         key = est.rate_key(cfg)
         if measure and key not in rates:
             rates[key] = est.measure_rates(cfg)
@@ -79,9 +83,12 @@ def dry_run(cells, runs, configs, manifest, measure: bool) -> None:
         total += (e["seconds"] or 0.0) * len(cell_runs)
         states = ", ".join(f"{r.seed} {r.status()}" for r, _ in cell_runs)
         print(f"    seeds: {states}; est. {est.human_seconds(e['seconds'])} and peak memory {e['peak_mib'] or '?'} per run")
+        if missing:
+            print(f"    not runnable here, missing: {'; '.join(missing)}")
         print(f"    $ {run.command()}")
     runnable = sum(c.runnable for c in cells)
-    print(f"{len(cells)} cells ({runnable} runnable, {len(cells) - runnable} not), {len(runs)} runs; estimated total "
+    print(f"{len(cells)} cells ({runnable - lacking} runnable here, {lacking} lacking data or weights here, "
+          f"{len(cells) - runnable} not runnable), {len(runs)} runs; estimated total "
           + (f"{est.human_seconds(total)} on {', '.join(sorted({r.device + ' amp ' + r.amp for r in rates.values()}))}"
              if rates else "? (--no-estimate)"))
     if rates:
