@@ -183,6 +183,24 @@ def test_tiny_grid_runs_resumes_after_a_kill_and_reports(tmp_path):
     assert again.returncode == 0 and (out / "reproduce.md").read_text() == text
 
 
+def test_dry_run_says_which_cells_lack_their_data_or_weights_here(tmp_path):
+    absent = tmp_path / "absent"
+    cells = [{"id": "tiny-norga", "table": 1, "benchmark": "cifar100", "backbone": "tiny", "method": "norga",
+              "config": str(REPO / "configs" / "smoke" / "norga.yaml"), "expected": {"FA": [0.0, 100.0]},
+              "overrides": [*TINY, f"data.root={absent}/data", f"model.checkpoint={absent}/vit.pt"], "source": "t"},
+             {"id": "tiny-hideprompt", "table": 1, "benchmark": "synthetic", "backbone": "tiny",
+              "method": "hideprompt", "config": str(REPO / "configs" / "smoke" / "hideprompt.yaml"),
+              "overrides": TINY, "expected": {"FA": [0.0, 100.0]}, "source": "t"}]
+    dry = reproduce("--manifest", str(write_manifest(tmp_path, cells)), "--out", str(tmp_path / "grid"),
+                    "--dry-run", "--no-estimate")
+    assert dry.returncode == 0, dry.stderr
+    [missing] = [line.strip() for line in dry.stdout.splitlines() if "not runnable here" in line]
+    assert missing == (f"not runnable here, missing: data {absent}/data (norga data prepare cifar100 --root "
+                       f"{absent}/data, or --data cifar100=PATH); weights {absent}/vit.pt (--weights tiny=PATH)")
+    assert "2 cells (1 runnable here, 1 lacking data or weights here, 0 not runnable), 4 runs" in dry.stdout
+    assert not (tmp_path / "grid").exists()
+
+
 def test_print_commands_and_bad_input(tmp_path):
     manifest = tiny_manifest(tmp_path)
     cmds = reproduce("--manifest", str(manifest), "--out", "runs/x", "--print-commands", "--nproc", "2")

@@ -17,7 +17,7 @@ def missing_inputs(cfg, benchmark: str, row: str) -> List[str]:
     missing = []
     root = cfg.data.root
     if root and not cfg.data.download and not Path(root).exists():
-        missing.append(f"data {root} (norga data prepare {benchmark} --root {root}, or --data {benchmark}=PATH)")
+        missing.append(f"data {root} ({prepare_command(benchmark, root)}--data {benchmark}=PATH)")
     model = cfg.model
     if model.checkpoint:
         if not Path(model.checkpoint).is_file():
@@ -30,6 +30,17 @@ def missing_inputs(cfg, benchmark: str, row: str) -> List[str]:
             missing.append(f"weights of {row}: not a local file and not in the timm / Hugging Face cache "
                            f"(--weights {row}=PATH, or download them once where there is internet)")
     return missing
+
+
+def prepare_command(benchmark: str, root: str) -> str:
+    """'norga data prepare BENCHMARK --root ROOT, or ' when norga can prepare that benchmark, else ''."""
+    try:
+        from ..data.prepare import PREPARERS, get_preparer
+
+        get_preparer("cifar100")  # registers the shipped preparers
+    except Exception:  # noqa: BLE001 - a broken torch install: only the --data option is suggested
+        return ""
+    return f"norga data prepare {benchmark} --root {root}, or " if benchmark in PREPARERS else ""
 
 
 @functools.lru_cache(maxsize=None)
