@@ -50,8 +50,9 @@ def gate_options(name: str, options: Mapping[str, Any], key: str = "method.gate"
         if "unknown key" not in str(err):
             raise
         allowed = [f.name for f in dataclasses.fields(cls)]
-        raise ConfigError(f"{err} (gate {name!r} takes {allowed or 'no options'}; to switch gates replace the whole "
-                          f"section, e.g. --set '{key}={{name: {name}}}')") from None
+        hint = (f" (gate {name!r} takes {allowed or 'no options'}; to switch gates replace the whole section, e.g. "
+                f"--set '{key}={{name: {name}}}')")
+        raise ConfigError.listing([p + hint if "unknown key" in p else p for p in err.problems]) from None
 
 
 def validate_gate(spec: Mapping[str, Any], key: str = "method.gate") -> Dict[str, Any]:
