@@ -14,7 +14,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import yaml
 
-from .loading import ConfigLoader, config_chain, load_config, parse_yaml
+from .loading import ConfigLoader, config_chain, load_config, parse_yaml, resolved_mapping
 from .parsing import config_to_dict
 from .shipped import config_file
 
@@ -101,15 +101,13 @@ def origin_of(key: Tuple[str, ...], sources: List[Dict[Tuple[str, ...], str]], r
 def resolved_lines(path: Optional[Union[str, Path]], overrides: Sequence[str] = ()) -> List[str]:
     """The resolved config as YAML lines, each value followed by ``# <origin>`` (validated first: a config with
     problems raises the one ConfigError listing them)."""
-    from .loading import resolved_mapping
-
     path = config_file(path) if path is not None else None
     cfg = load_config(path, list(overrides))
     raw = resolved_mapping(path, list(overrides))
     sources = _sources(path, list(overrides))
     values = leaves(config_to_dict(cfg))
     rows = list(_rows(config_to_dict(cfg), (), values, lambda key: origin_of(key, sources, raw)))
-    width = max(len(text) for text, _ in rows if _ is not None)
+    width = max(len(text) for text, origin in rows if origin is not None)
     return [text if origin is None else f"{text.ljust(width)}  # {origin}" for text, origin in rows]
 
 
