@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from faults import TINY, assert_one_line_error
-from norga.cli import main as norga
+from norga.commands.cli import main as norga
 from norga.config import ConfigError, load_config
 from norga.config.origins import resolved_lines
 

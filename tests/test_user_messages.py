@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from faults import assert_one_line_error, train_args
-from norga.cli import main as norga
+from norga.commands.cli import main as norga
 from norga.config import load_config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -53,7 +53,7 @@ def test_eval_into_a_read_only_folder_names_its_own_output_option(finished, monk
 def _eval_parser():
     import argparse
 
-    from norga.cli import add_eval_arguments
+    from norga.commands.cli import add_eval_arguments
 
     parser = argparse.ArgumentParser()
     add_eval_arguments(parser)
@@ -149,7 +149,7 @@ def _installed_by(command: str, versions: dict) -> dict:
 @pytest.mark.parametrize("torch_v, vision_v", [("2.5.1+cpu", "0.20.1"), ("2.5.1+cu124", "0.19.0+cu124"),
                                                ("2.5.1+cpu", "0.21.0")])
 def test_doctor_offers_a_pair_from_the_configured_index_that_satisfies_it(torch_v, vision_v):
-    from norga.environment import version_problems
+    from norga.commands.environment import version_problems
 
     versions = {"torch": torch_v, "torchvision": vision_v, "timm": "1.0"}
     [problem] = version_problems(versions)
@@ -160,7 +160,7 @@ def test_doctor_offers_a_pair_from_the_configured_index_that_satisfies_it(torch_
 
 
 def test_doctor_needs_no_second_command_for_a_default_build():
-    from norga.environment import version_problems
+    from norga.commands.environment import version_problems
 
     [problem] = version_problems({"torch": "2.5.1", "torchvision": "0.19.0", "timm": "1.0"})
     assert problem.endswith("pip install --force-reinstall --no-deps 'torchvision==0.20.*'")
