@@ -3,7 +3,7 @@
     for line in resolved_lines("configs/cifar100_norga.yaml", ["seed=1"]): print(line)
 
 prints the config fully resolved as YAML, every value with its origin as a comment
-(``norga config show`` and ``norga train --dry-run --print-config``). The value of a key present in the
+(``norga configs resolve`` and ``norga train --dry-run --print-config``). The value of a key present in the
 mapping after the merge and the overrides comes from the last source that set it (the later file of the
 ``base:`` chain, then the overrides in order); a key absent from it is the schema's default.
 """
