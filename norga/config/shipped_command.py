@@ -72,7 +72,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     elif args.command == "copy":
         print(copy(args.name, args.folder, args.force))
     elif args.command == "resolve":
-        print("\n".join(resolved_lines(args.config, args.overrides)))
+        _print_piped("\n".join(resolved_lines(args.config, args.overrides)))
     else:
         _print_piped("\n".join(listing()))
     return 0
