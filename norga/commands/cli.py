@@ -50,6 +50,9 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--force", action="store_true", help="resume even if the config changed")
     parser.add_argument("--print-config", action="store_true",
                         help="first print the resolved config, each value with its origin (norga configs resolve)")
+    parser.add_argument("--feature-cache", type=Path, default=None, metavar="DIR",
+                        help="keep frozen features of un-augmented images in DIR and reuse them across tasks, runs "
+                             "and seeds (same numbers; docs/feature-store.md); default: off")
 
 
 def _precheck(cfg, out: Path) -> None:
@@ -76,7 +79,7 @@ def run_train(args: argparse.Namespace) -> int:
             print(report)
             print("dry run OK: config, data, weights and checkpoint are usable")
         return 0
-    m = run_training(cfg, out, force=args.force)
+    m = run_training(cfg, out, force=args.force, feature_cache=args.feature_cache)
     if not _main_process():
         return 0
     mixed = "; tasks trained with different configs (--force): see config_history" if m.get("mixed_config") else ""

@@ -63,7 +63,7 @@ def evaluate_task(method, task: int, seen: Tensor, loader, device, cache: Any = 
         x, y = x.to(device), torch.as_tensor(y).to(device)
         index = torch.arange(offset, offset + len(y))
         offset += len(y)
-        out = method.predict(TestBatch(x, task, index, n, seen), cache)
+        out = method.predict(TestBatch(x, task, index, n, seen, loader.dataset), cache)
         counts[0] += (masked_logits(out.logits, cil_allowed).argmax(1) == y).sum().item()
         counts[3] += (out.logits.argmax(1) == y).sum().item()
         counts[1] += (masked_logits(out.true_task_logits, task_classes).argmax(1) == y).sum().item()

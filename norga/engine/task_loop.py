@@ -29,6 +29,7 @@ from .problems import Problems
 from ..toolkit.devices import resolve_device
 from ..toolkit.distributed import distributed_session, is_main, world_size
 from ..toolkit.epochlog import epoch_log, progress_line
+from ..toolkit.feature_store import open_store
 from .evaluate import evaluate_task
 from ..toolkit.heads import class_mask
 from .loaders import task_loaders, test_loader  # noqa: F401 - re-exported for callers
@@ -109,19 +110,20 @@ class Evaluator:
                 for i in tqdm(range(task + 1), desc="evaluation", leave=False, disable=not is_main())]
 
 
-def run_training(cfg: Config, output_dir: Path, force: bool = False) -> dict:
+def run_training(cfg: Config, output_dir: Path, force: bool = False, feature_cache: Optional[Path] = None) -> dict:
     """Train (or resume) a full run into ``output_dir``; returns metrics.json content.
 
     Holds the folder's lock throughout; resumes after the last task whose checkpoint is
     intact; a finished run returns its metrics at once. Model and data are built (and
-    so checked) before anything is written into the folder.
+    so checked) before anything is written into the folder. ``feature_cache``: the folder of a
+    :mod:`~norga.toolkit.feature_store` for frozen features (None: none).
     """
     cfg = resolve_config(cfg)
     with distributed_session(cfg.device):
-        return _train_in_folder(cfg, RunDir(output_dir), force)
+        return _train_in_folder(cfg, RunDir(output_dir), force, feature_cache)
 
 
-def _train_in_folder(cfg: Config, run: RunDir, force: bool) -> dict:
+def _train_in_folder(cfg: Config, run: RunDir, force: bool, feature_cache: Optional[Path] = None) -> dict:
     """run_training in this process (one of torchrun's processes, or the only one)."""
 
     changes: dict = {}
@@ -138,8 +140,10 @@ def _train_in_folder(cfg: Config, run: RunDir, force: bool) -> dict:
             return finished
         device = resolve_device(cfg.device)
         vit, bench = build_vit_and_data(cfg)
-        method = build_method(cfg, vit, bench.task_classes, device)
         log = run.logger()
+        store = open_store(feature_cache, vit, cfg, log) if feature_cache is not None else None
+        method = build_method(cfg, vit, bench.task_classes, device)
+        method.feature_store = store
         for note in state.notes:
             log.warning(f"warning: {note}")
         if any(affects_results(key) for key in changes):
@@ -158,6 +162,8 @@ def _train_in_folder(cfg: Config, run: RunDir, force: bool) -> dict:
                 log.info(progress_line(tracker.times, bench.num_tasks))
                 if is_main():
                     write_run_plots(run.root, tracker.metrics(), log)  # never raises: a failed plot is a warning
+        if store is not None:
+            log.info(store.summary())
         return tracker.metrics()
 
 

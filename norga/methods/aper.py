@@ -51,8 +51,7 @@ class APER(Method):
     def learn_task(self, task: int, loaders: TaskLoaders) -> None:
         if task == 0:
             self._tune(loaders)
-        frozen, labels = extract_features(TunedView(self.model, None), loaders.train_plain, self.device,
-                                          desc="frozen feats")
+        frozen, labels = self.frozen_pass(TunedView(self.model, None), loaders.train_plain)
         tuned, tuned_labels = extract_features(TunedView(self.model, TUNED), loaders.train_plain, self.device,
                                                desc="tuned feats")
         if not torch.equal(labels, tuned_labels):
@@ -68,6 +67,7 @@ class APER(Method):
 
     def features(self, batch: TestBatch, cache: Any) -> Tensor:
         """(B, 2D) [frozen, tuned] features of a test batch (both final once task 0 is learned, so cached)."""
+        self.preload_frozen(TunedView(self.model, None), batch, cache)
         frozen = cached_features(self.model, batch, cache, None, self.device)
         tuned = cached_features(self.model, batch, cache, TUNED, self.device)
         return torch.cat([frozen, tuned], dim=1)

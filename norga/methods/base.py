@@ -35,6 +35,7 @@ from ..models.lora_qkv import attach_lora_qkv
 from ..models.prompted_vit import PromptedViT
 from ..toolkit.feature_cache import FeatureCache, frozen_features
 from ..toolkit.heads import class_mask
+from ..toolkit.stages import extract_features
 
 
 @dataclass
@@ -53,7 +54,7 @@ class TestBatch:
 
     ``images`` (B, 3, H, W) on the method's device; ``task``: the test task they come from;
     ``index`` (B,) their positions in that task's test set (fixed order), of ``size`` samples;
-    ``seen`` bool (C,): classes of the tasks learned so far.
+    ``seen`` bool (C,): classes of the tasks learned so far; ``dataset``: that test set (for a feature store).
     """
 
     images: Tensor
@@ -61,6 +62,7 @@ class TestBatch:
     index: Tensor
     size: int
     seen: Tensor
+    dataset: Any = None
 
 
 @dataclass
@@ -78,6 +80,8 @@ class Method(ABC):
     """A class-incremental learner on a frozen timm ViT (subclass it and :func:`register_method` it)."""
 
     name = "base"
+    # a :class:`~norga.toolkit.feature_store.FeatureStore` the engine sets under ``--feature-cache`` (None: off)
+    feature_store: Any = None
 
     def __init__(self, vit: nn.Module, task_classes: Sequence[Sequence[int]], cfg, device: torch.device):
         self.cfg, self.device = cfg, device
@@ -170,7 +174,23 @@ class Method(ABC):
     def frozen_query(self, batch: "TestBatch", cache) -> Tensor:
         """The frozen backbone's features (B, D) of a test batch on the device: ``self.model`` without prompts,
         each sample computed once per run through ``cache`` (a :class:`~norga.toolkit.feature_cache.FeatureCache`)."""
+        self.preload_frozen(self.model, batch, cache)
         return frozen_features(self.model, batch.images, batch.index, cache, batch.task, batch.size).to(self.device)
+
+    def frozen_pass(self, model: nn.Module, loader, desc: str = "frozen feats") -> Tuple[Tensor, Tensor]:
+        """Features (N, D) and labels (N,) of an un-augmented ``loader`` under ``model``'s frozen forward (no
+        prompts, no tuning): :func:`~norga.toolkit.stages.extract_features`, or the feature store when one is set."""
+        if self.feature_store is None:
+            return extract_features(model, loader, self.device, desc=desc)
+        return self.feature_store.loader_features(model, loader, self.device, desc)
+
+    def preload_frozen(self, model: nn.Module, batch: "TestBatch", cache) -> None:
+        """With a feature store: fill ``cache``'s frozen slot of the batch's test task (the frozen forward of
+        ``model``) from the store, once per task; otherwise nothing."""
+        if self.feature_store is None or batch.dataset is None or batch.task in cache.frozen:
+            return
+        feats, _ = self.feature_store.dataset_features(model, batch.dataset, self.device, "frozen test feats")
+        cache.frozen[batch.task] = (feats, torch.ones(len(feats), dtype=torch.bool))
 
     def seen_classes(self, task: int) -> List[int]:
         return [c for t in range(task + 1) for c in self.task_classes[t]]

@@ -92,7 +92,7 @@ class HiDePrompt(PrefixMethod):
     # ---- the task -----------------------------------------------------
     def learn_task(self, task: int, loaders: TaskLoaders) -> None:
         c, seed = self.c, self.cfg.seed
-        frozen, labels = extract_features(self.model, loaders.train_plain, self.device, desc="frozen feats")
+        frozen, labels = self.frozen_pass(self.model, loaders.train_plain)
         self._add_statistics(self.uninstructed, frozen, labels, task)
         self._train_tii(task, loaders, frozen, labels)
         if self.prompted:

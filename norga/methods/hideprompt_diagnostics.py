@@ -74,7 +74,7 @@ def task_diagnostics(method, task: int, loaders, frozen_train: Tensor, prompted_
     with torch.random.fork_rng(devices=[]):
         random_prompt = random_prompt_like(prompt, task_generator(seed, task, RANDOM_PROMPT_STAGE))
         random_train, _ = extract_features(model, loaders.train_plain, device, random_prompt, "random-prompt feats")
-        frozen_test, test_labels = extract_features(model, loaders.test, device, desc="diagnostic feats")
+        frozen_test, test_labels = method.frozen_pass(model, loaders.test, "diagnostic feats")
         prompted_test, _ = extract_features(model, loaders.test, device, prompt, "diagnostic feats")
         own = method.task_mask(task)
         probe = init_linear_layers(nn.Linear(model.embed_dim, method.num_classes), c.head_init).to(device)

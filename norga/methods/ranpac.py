@@ -90,8 +90,9 @@ class RanPAC(Method):
     def learn_task(self, task: int, loaders: TaskLoaders) -> None:
         if task == 0 and self.tuned is not None:
             self._first_session(task, loaders)
-        feats, labels = extract_features(TunedView(self.model, self.active), loaders.train_plain, self.device,
-                                         desc="backbone feats")
+        view = TunedView(self.model, self.active)
+        feats, labels = (self.frozen_pass(view, loaders.train_plain, "backbone feats") if self.active is None
+                         else extract_features(view, loaders.train_plain, self.device, desc="backbone feats"))
         missing = [c for c in self.task_classes[task] if not (labels == c).any()]
         if missing:
             raise ValueError(f"classes {missing} of task {task} have no training samples")
@@ -118,6 +119,8 @@ class RanPAC(Method):
         return scores.masked_fill(~self.learned, float("-inf"))
 
     def predict_batch(self, batch: TestBatch, cache: Any) -> Prediction:
+        if self.active is None:  # the frozen backbone: the feature store's rows when one is set
+            self.preload_frozen(TunedView(self.model, None), batch, cache)
         feats = cached_features(self.model, batch, cache, self.active, self.device)  # final once task 0 is learned
         logits = self.logits(feats.float())
         return Prediction(logits, logits)

@@ -15,7 +15,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..toolkit.stages import extract_features
 from . import register_method
 from .base import Method, Prediction, TaskLoaders, TestBatch
 
@@ -35,7 +34,7 @@ class SimpleCIL(Method):
         return self.cfg.eval_batch_size  # the augmented loader is never used
 
     def learn_task(self, task: int, loaders: TaskLoaders) -> None:
-        feats, labels = extract_features(self.model, loaders.train_plain, self.device, desc="frozen feats")
+        feats, labels = self.frozen_pass(self.model, loaders.train_plain)
         for c in self.task_classes[task]:
             members = feats[labels == c]
             if len(members) == 0:
@@ -52,7 +51,7 @@ class SimpleCIL(Method):
         return scores.masked_fill(~self.learned, float("-inf"))
 
     def predict_batch(self, batch: TestBatch, cache: Any) -> Prediction:
-        logits = self.logits(self.model(batch.images).float())
+        logits = self.logits(self.frozen_query(batch, cache))
         return Prediction(logits, logits)
 
     def state_dict(self, task: int) -> Dict[str, Any]:

@@ -32,7 +32,6 @@ from ..toolkit.heads import init_linear_layers, masked_logits
 from ..toolkit.optimizers import make_optimizer
 from ..toolkit.schedules import epoch_scheduler
 from ..toolkit.seeding import task_generator, task_seed
-from ..toolkit.stages import extract_features
 from ..toolkit.training import Stage, cross_entropy_term, run_stage
 from ..config import ConfigError
 from ..models.prompt_inputs import PromptInput
@@ -81,7 +80,7 @@ class SPrompt(Method):
         return PromptInput(tokens=prompt.unsqueeze(0))
 
     def learn_task(self, task: int, loaders: TaskLoaders) -> None:
-        frozen, _ = extract_features(self.model, loaders.train_plain, self.device, desc="frozen feats")
+        frozen, _ = self.frozen_pass(self.model, loaders.train_plain)
         self.centroids[task] = self._kmeans(self.query(frozen), task).to(self.device)
         self._train_prompt(task, loaders)
         self.learned = task + 1
