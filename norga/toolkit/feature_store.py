@@ -62,7 +62,11 @@ def sample_keys(dataset) -> np.ndarray:
     for i, item in enumerate(images):
         digest = hashlib.blake2b(digest_size=KEY_BYTES)
         if isinstance(item, str):
-            stat = os.stat(item)
+            try:
+                stat = os.stat(item)
+            except OSError as err:
+                raise NorgaError(f"cannot read image {item} ({err.strerror or err}); restore or delete the file "
+                                 "('norga train --dry-run' lists every unreadable file)") from err
             digest.update(f"file|{os.path.abspath(item)}|{stat.st_size}|{stat.st_mtime_ns}".encode())
         else:
             item = np.ascontiguousarray(item)

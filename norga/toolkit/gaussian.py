@@ -20,7 +20,6 @@ from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 import torch
-from sklearn.cluster import KMeans
 from torch import Tensor
 
 
@@ -57,6 +56,8 @@ class GaussianStore:
         self.stats[c] = {"mean": x.mean(0), "std": (x.var(0) + self.ridge).sqrt()}
 
     def _fit_multi_centroid(self, c: int, x: Tensor) -> None:
+        from sklearn.cluster import KMeans  # here: scikit-learn (with SciPy) costs seconds of start-up otherwise
+
         k = min(self.n_centroids, x.shape[0])
         km = KMeans(n_clusters=k, n_init=3, random_state=self.seed).fit(x.numpy())
         labels = torch.as_tensor(km.labels_)

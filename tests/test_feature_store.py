@@ -1,0 +1,105 @@
+"""The frozen-feature store (``norga train --feature-cache DIR``, :mod:`norga.toolkit.feature_store`): the same
+numbers with and without it, rows reused across seeds, corrupt parts recomputed, the random state untouched."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import SHORT_SMOKE, SMOKE, build_run_parts, loaders_of, tiny_vit
+from norga.config import load_config
+from norga.engine import run_training
+from norga.models.prompted_vit import PromptedViT
+from norga.toolkit.feature_store import FeatureStore, open_store
+from norga.toolkit.stages import extract_features
+
+SIMPLECIL = SMOKE.parent / "smoke" / "simplecil.yaml"
+TIMES = ("task_seconds",)
+
+
+def same_except_times(a: dict, b: dict) -> bool:
+    return {k: v for k, v in a.items() if k not in TIMES} == {k: v for k, v in b.items() if k not in TIMES}
+
+
+def store_counts(run_dir: Path):
+    """(rows read, rows computed) of the run's feature store, from its log."""
+    found = re.findall(r"(\d+) frozen feature rows read, (\d+) computed", (run_dir / "log.txt").read_text())
+    return tuple(int(n) for n in found[-1])
+
+
+def parts(cache: Path):
+    return sorted(p.name for p in cache.rglob("part-*.safetensors"))
+
+
+def test_a_frozen_row_does_not_depend_on_its_batch():
+    """What makes stored rows equal fresh ones: the frozen forward is per sample on this platform."""
+    model = PromptedViT(tiny_vit(0), prompt_layers=()).eval()
+    x = torch.randn(70, 3, 32, 32)
+    with torch.no_grad():
+        whole = model(x)
+        pieces = torch.cat([model(x[i:i + 9]) for i in range(0, 70, 9)])
+        order = torch.randperm(70)
+        shuffled = model(x[order])[order.argsort()]
+    assert torch.equal(whole, pieces) and torch.equal(whole, shuffled)
+
+
+def test_reading_and_computing_leave_the_random_state_as_extraction_does(tmp_path):
+    cfg, bench, method = build_run_parts(load_config(SMOKE, SHORT_SMOKE))
+    loader = loaders_of(cfg, bench, method, 0).train_plain
+    store = open_store(tmp_path, method.model.vit, cfg)
+
+    def state_after(extract):
+        torch.manual_seed(3)
+        feats, labels = extract()
+        return feats, labels, torch.get_rng_state()
+
+    plain = state_after(lambda: extract_features(method.model, loader, method.device))
+    for expected_read in (0, len(loader.dataset)):  # computed, then read
+        stored = state_after(lambda: store.loader_features(method.model, loader, method.device, "test"))
+        assert all(torch.equal(a, b) for a, b in zip(plain, stored))
+        assert store.read == expected_read
+
+
+def test_a_corrupt_part_is_recomputed_never_used(tmp_path):
+    cfg, bench, method = build_run_parts(load_config(SMOKE, SHORT_SMOKE))
+    dataset = bench.test_set(0)
+    store = open_store(tmp_path, method.model.vit, cfg)
+    first, _ = store.dataset_features(method.model, dataset, method.device, "test")
+    (part,) = tmp_path.rglob("part-*.safetensors")
+    data = bytearray(part.read_bytes())
+    data[-5] ^= 0xFF  # one feature byte
+    part.write_bytes(bytes(data))
+    warnings = []
+    fresh = FeatureStore(tmp_path, store.backbone, store.context, cfg.eval_batch_size)
+    fresh._warn = warnings.append
+    again, _ = fresh.dataset_features(method.model, dataset, method.device, "test")
+    assert torch.equal(first, again) and fresh.computed == len(dataset) and fresh.read == 0
+    assert len(warnings) == 1 and str(part) in warnings[0] and part.name in parts(tmp_path)  # rewritten intact
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("config,overrides", [(SMOKE, SHORT_SMOKE), (SIMPLECIL, [])], ids=["norga", "simplecil"])
+def test_same_metrics_with_and_without_the_store_and_a_second_seed_reuses_rows(tmp_path, config, overrides):
+    """Runs of seed 0 and 1 with and without the store; the backbone is a checkpoint, so both seeds share it."""
+    weights = tmp_path / "tiny.pth"
+    torch.save(tiny_vit(7).state_dict(), weights)
+    cache = tmp_path / "cache"
+
+    def run(seed: int, store: bool) -> dict:
+        cfg = load_config(config, overrides + [f"seed={seed}", f"model.checkpoint={weights}"])
+        out = tmp_path / f"s{seed}_{'store' if store else 'plain'}"
+        run_training(cfg, out, feature_cache=cache if store else None)
+        return json.loads((out / "metrics.json").read_text())
+
+    assert same_except_times(run(0, False), run(0, True))
+    read, computed = store_counts(tmp_path / "s0_store")
+    assert computed > 0
+    written = parts(cache)
+    second = run(1, True)
+    read, computed = store_counts(tmp_path / "s1_store")
+    assert computed == 0 and read > 0 and parts(cache) == written  # every frozen row of seed 1 came from seed 0
+    assert same_except_times(second, run(1, False))
+    assert second["class_order"] != json.loads((tmp_path / "s0_store" / "metrics.json").read_text())["class_order"]
