@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -24,6 +26,19 @@ def same_except_times(a: dict, b: dict) -> bool:
     return {k: v for k, v in a.items() if k not in TIMES} == {k: v for k, v in b.items() if k not in TIMES}
 
 
+def same_method_states(a: Path, b: Path) -> bool:
+    """The last checkpoints' method states (prompts, heads, statistics, prototypes) are equal tensor for tensor."""
+    def flat(state, prefix=""):
+        if isinstance(state, dict):
+            return {k: v for key, value in state.items() for k, v in flat(value, f"{prefix}{key}.").items()}
+        return {prefix: state}
+
+    last = sorted((a / "checkpoints").glob("task_*.pt"))[-1].name
+    x, y = (flat(torch.load(d / "checkpoints" / last, weights_only=True)["method"]) for d in (a, b))
+    return x.keys() == y.keys() and all(torch.equal(v, y[k]) if isinstance(v, torch.Tensor) else v == y[k]
+                                        for k, v in x.items())
+
+
 def store_counts(run_dir: Path):
     """(rows read, rows computed) of the run's feature store, from its log."""
     found = re.findall(r"(\d+) frozen feature rows read, (\d+) computed", (run_dir / "log.txt").read_text())
@@ -32,6 +47,16 @@ def store_counts(run_dir: Path):
 
 def parts(cache: Path):
     return sorted(p.name for p in cache.rglob("part-*.safetensors"))
+
+
+def test_a_prototype_run_does_not_import_scikit_learn():
+    """Start-up: scikit-learn (about 2 s with SciPy) is imported only where KMeans runs (multi-centroid statistics,
+    S-Prompts)."""
+    code = ("import sys, norga.engine, norga.methods.hideprompt, norga.methods.simplecil; "
+            "print('sklearn' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[1])
+    assert out.stdout.strip() == "False"
 
 
 def test_a_frozen_row_does_not_depend_on_its_batch():
@@ -95,6 +120,7 @@ def test_same_metrics_with_and_without_the_store_and_a_second_seed_reuses_rows(t
         return json.loads((out / "metrics.json").read_text())
 
     assert same_except_times(run(0, False), run(0, True))
+    assert same_method_states(tmp_path / "s0_plain", tmp_path / "s0_store")
     read, computed = store_counts(tmp_path / "s0_store")
     assert computed > 0
     written = parts(cache)
@@ -102,4 +128,5 @@ def test_same_metrics_with_and_without_the_store_and_a_second_seed_reuses_rows(t
     read, computed = store_counts(tmp_path / "s1_store")
     assert computed == 0 and read > 0 and parts(cache) == written  # every frozen row of seed 1 came from seed 0
     assert same_except_times(second, run(1, False))
+    assert same_method_states(tmp_path / "s1_plain", tmp_path / "s1_store")
     assert second["class_order"] != json.loads((tmp_path / "s0_store" / "metrics.json").read_text())["class_order"]
