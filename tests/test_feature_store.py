@@ -8,11 +8,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
+from torch.utils.data import DataLoader
 
 from conftest import SHORT_SMOKE, SMOKE, build_run_parts, loaders_of, tiny_vit
 from norga.config import load_config
+from norga.data.benchmark import ArrayImageDataset
 from norga.engine import run_training
 from norga.models.prompted_vit import PromptedViT
 from norga.toolkit.feature_store import FeatureStore, open_store
@@ -86,6 +89,21 @@ def test_reading_and_computing_leave_the_random_state_as_extraction_does(tmp_pat
         stored = state_after(lambda: store.loader_features(method.model, loader, method.device, "test"))
         assert all(torch.equal(a, b) for a, b in zip(plain, stored))
         assert store.read == expected_read
+
+
+def test_only_the_missing_rows_are_computed(tmp_path):
+    """A data set sharing some images with an earlier one (another seed's subsample) reads those and computes the
+    rest; the rows equal a fresh extraction of the whole data set."""
+    cfg, bench, method = build_run_parts(load_config(SMOKE, SHORT_SMOKE))
+    first, second = bench.test_set(0), bench.test_set(1)
+    both = ArrayImageDataset(np.concatenate([second.images, first.images]),
+                             np.concatenate([second.labels, first.labels]), first.transform)
+    store = open_store(tmp_path, method.model.vit, cfg)
+    store.dataset_features(method.model, first, method.device, "test")
+    feats, labels = store.dataset_features(method.model, both, method.device, "test")
+    assert (store.read, store.computed) == (len(first), len(first) + len(second))
+    fresh, fresh_labels = extract_features(method.model, DataLoader(both, batch_size=16), method.device)
+    assert torch.equal(feats, fresh) and torch.equal(labels, fresh_labels)
 
 
 def test_a_corrupt_part_is_recomputed_never_used(tmp_path):

@@ -94,7 +94,7 @@ class FeatureStore:
         self.root, self.backbone, self.context = Path(root), backbone, dict(context)
         self.batch_size, self.loader_options, self.log = batch_size, dict(loader_options or {}), log
         self.read = self.computed = 0
-        self._parts: Dict[Path, Tuple[np.ndarray, Tensor]] = {}  # verified parts: (keys, features)
+        self._parts: Dict[Path, Tuple[Dict[bytes, int], Tensor]] = {}  # verified parts: (row of each key, features)
 
     def loader_features(self, model: nn.Module, loader: DataLoader, device, desc: str) -> Tuple[Tensor, Tensor]:
         """What ``extract_features(model, loader, device)`` returns for an un-augmented loader without prompts,
@@ -108,17 +108,15 @@ class FeatureStore:
         model.eval()
         space = self.space_folder(model, dataset)
         keys = sample_keys(dataset)
-        found = self._lookup(space, keys)
-        missing = [i for i, row in enumerate(found) if row is None]
-        labels = torch.as_tensor(np.asarray(dataset.labels), dtype=torch.long)
+        feats = torch.empty(len(keys), model.embed_dim)
+        missing = self._fill(space, keys, feats)
         if missing:
             fresh = self._compute(model, Subset(dataset, missing), device, desc)
             self._save_part(space, keys[missing], fresh)
-            for i, row in zip(missing, fresh):
-                found[i] = row
+            feats[missing] = fresh
         self.read += len(keys) - len(missing)
         self.computed += len(missing)
-        return torch.stack(found) if found else torch.empty(0, model.embed_dim), labels
+        return feats, torch.as_tensor(np.asarray(dataset.labels), dtype=torch.long)
 
     def summary(self) -> str:
         return f"feature store {self.root}: {self.read} frozen feature rows read, {self.computed} computed"
@@ -137,16 +135,23 @@ class FeatureStore:
             atomic_write_bytes(folder / "space.json", text.encode())
         return folder
 
-    def _lookup(self, space: Path, keys: np.ndarray) -> List[Optional[Tensor]]:
-        """The stored row (D,) of every key, None where no intact part holds it."""
-        index: Dict[bytes, Tensor] = {}
+    def _fill(self, space: Path, keys: np.ndarray, feats: Tensor) -> List[int]:
+        """Copy the stored row of every key (N, 16) into ``feats`` (N, D); the positions no intact part holds."""
+        missing = list(range(len(keys)))
         for path in sorted(space.glob("part-*.safetensors")):
-            part = self._part(path)
-            if part is not None:
-                index.update(zip((k.tobytes() for k in part[0]), part[1]))
-        return [index.get(k.tobytes()) for k in keys]
+            part = self._part(path) if missing else None
+            if part is None:
+                continue
+            row_of, stored = part
+            names = [keys[i].tobytes() for i in missing]
+            hits = [(i, row_of[name]) for i, name in zip(missing, names) if name in row_of]
+            if hits:
+                positions, rows = zip(*hits)
+                feats[list(positions)] = stored[list(rows)]
+                missing = [i for i, name in zip(missing, names) if name not in row_of]
+        return missing
 
-    def _part(self, path: Path) -> Optional[Tuple[np.ndarray, Tensor]]:
+    def _part(self, path: Path) -> Optional[Tuple[Dict[bytes, int], Tensor]]:
         """A part's (keys, features) once verified; a corrupt part is logged, deleted and read as absent."""
         if path not in self._parts:
             from safetensors import SafetensorError
@@ -164,8 +169,11 @@ class FeatureStore:
                            "are computed again")
                 path.unlink(missing_ok=True)
                 return None
-            self._parts[path] = (tensors["keys"].numpy(), tensors["features"])
+            self._keep(path, tensors)
         return self._parts[path]
+
+    def _keep(self, path: Path, tensors: Dict[str, Tensor]) -> None:
+        self._parts[path] = ({k.tobytes(): row for row, k in enumerate(tensors["keys"].numpy())}, tensors["features"])
 
     def _save_part(self, space: Path, keys: np.ndarray, features: Tensor) -> None:
         from safetensors.torch import save
@@ -176,7 +184,7 @@ class FeatureStore:
         checksum = tensor_checksum(tensors)
         path = space / f"part-{checksum[:32]}.safetensors"
         atomic_write_bytes(path, save(tensors, metadata={"format": FORMAT, "sha256": checksum}))
-        self._parts[path] = (tensors["keys"].numpy(), tensors["features"])
+        self._keep(path, tensors)
 
     def _compute(self, model: nn.Module, subset: Subset, device, desc: str) -> Tensor:
         """Features (M, D) of ``subset`` (its own loader and generator: the global random state is untouched)."""
