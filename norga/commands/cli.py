@@ -79,10 +79,10 @@ def run_train(args: argparse.Namespace) -> int:
             print(report)
             print("dry run OK: config, data, weights and checkpoint are usable")
         return 0
-    m = run_training(cfg, out, force=args.force, feature_cache=args.feature_cache)
+    m = run_training(cfg, out, force=args.force, feature_cache=args.feature_cache, config_file=args.config)
     if not _main_process():
         return 0
-    mixed = "; tasks trained with different configs (--force): see config_history" if m.get("mixed_config") else ""
+    mixed = "; tasks trained with different configs: see config_history" if m.get("mixed_config") else ""
     print(f"run complete: FA {m['FA']:.4f}  CA {m['CA']:.4f}  FM {m['FM']:.4f} "
           f"({m['completed_tasks']} of {m['num_tasks']} tasks{mixed}) -> {out / 'metrics.json'}")
     return 0
@@ -123,6 +123,12 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
                              "takes --run for its own --run-path)")
     parser.add_argument("--output", type=Path, default=None,
                         help="where to write the metrics (default RUN/eval.json)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="evaluate on other data: change an evaluation key of the checkpoints' config, e.g. "
+                             "--set data.test_per_class=50 (repeatable; recorded in eval.json as eval_overrides)")
+    parser.add_argument("--config", default=None,
+                        help="a config to compare with the checkpoints' (only evaluation keys such as "
+                             "data.root or data.test_per_class may differ; they are applied with a warning)")
 
 
 def run_eval(args: argparse.Namespace) -> int:
@@ -130,12 +136,16 @@ def run_eval(args: argparse.Namespace) -> int:
 
     check_environment()
     from ..engine import evaluate_run
+    from ..engine.eval_config import check_eval_output, override_warning
     from ..files import atomic_write_bytes
 
-    metrics = evaluate_run(args.run)
+    out = args.output or args.run / "eval.json"
+    check_eval_output(out, args.run)
+    metrics = evaluate_run(args.run, args.config, args.overrides)
     if not _main_process():  # torchrun: rank 0 writes and prints
         return 0
-    out = args.output or args.run / "eval.json"
+    if metrics["eval_overrides"]:
+        print(override_warning(args.run, metrics["eval_overrides"]), file=sys.stderr)
     atomic_write_bytes(out, (json.dumps(metrics, indent=2) + "\n").encode(), option="--output")
     print(f"{metrics['completed_tasks']} of {metrics['num_tasks']} tasks evaluated: FA {metrics['FA']:.4f}  "
           f"CA {metrics['CA']:.4f}  FM {metrics['FM']:.4f}  TII {metrics['tii_accuracy']}  -> {out}")

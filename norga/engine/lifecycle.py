@@ -26,20 +26,25 @@ from ..errors import NorgaError, TrainingDiverged
 from ..toolkit.loss_watch import EXPLOSION_FACTOR, EpochLoss, exploded
 from .evaluate import TaskEvaluation
 from .run_folder import RunDir, RunState
+from .run_marker import recognise_folder
 
 
 @contextlib.contextmanager
 def open_run(run: RunDir, num_tasks: int) -> Iterator[RunState]:
-    """Create the folder if needed, take its lock, drop stale temp files, scan the checkpoints.
+    """Recognise the folder (before anything is written: :func:`~norga.engine.run_marker.recognise_folder`), create
+    it if needed, take its lock, drop stale temp files, scan the checkpoints.
 
     A folder created here is removed again on exit if nothing was written into it
     (e.g. the backbone weights or the data were unavailable).
     """
+    folder = recognise_folder(run.root)
     created = run.ensure_folder()
     try:
         with run.lock():
             run.clean_temp_files()
-            yield run.scan(num_tasks)
+            state = run.scan(num_tasks)
+            state.folder = folder
+            yield state
     finally:
         if created:
             with contextlib.suppress(OSError):

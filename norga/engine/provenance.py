@@ -68,20 +68,13 @@ def affects_results(key: str) -> bool:
     return key.split(".")[0] not in RESULT_NEUTRAL_SECTIONS
 
 
-def stored_config(run: RunDir, done: int) -> Optional[dict]:
-    """The config the folder's saved tasks continue from: config.yaml, else (lost) task 0's checkpoint's."""
-    previous = run.read_config()
-    if previous is None and done > 0:
-        previous = run.load_checkpoint(0).get("config")
-    return previous
-
-
-def check_run_config(resolved: dict, run: RunDir, done: int, num_tasks: int, force: bool) -> Dict[str, list]:
+def check_run_config(resolved: dict, previous: Optional[dict], run: RunDir, done: int, num_tasks: int,
+                     force: bool) -> Dict[str, list]:
     """The changes (key -> [old, new]) with which the run continues; refuses what must not continue (module doc).
 
-    ``resolved``: the new resolved config (config_to_dict); ``done``: intact saved tasks. Writes nothing.
+    ``resolved``: the new resolved config (config_to_dict); ``previous``: the config the last intact checkpoint
+    was trained with (the record; config.yaml is its copy); ``done``: intact saved tasks. Writes nothing.
     """
-    previous = stored_config(run, done)
     if previous is None or done == 0:
         return {}
     old_layout = sorted(k for k in previous if k in MOVED_KEYS)

@@ -2,13 +2,15 @@
 
 Layout of ``DIR`` (tasks are numbered from 0 everywhere)::
 
+    norga-run.json           the run's marker: run id and config hash (see norga.engine.run_marker)
     config.yaml              fully resolved config
     metrics.json             FA/CA/FM/BWT, matrices, TII, timings (completed tasks only)
     acc_matrix.csv           rows = evaluated task i, columns = after learning task t
     log.txt                  human-readable log
     checkpoints/task_XX.pt   state after task XX (the method's name and state, e.g.
                              prompts, gates, heads and that task's statistics; the
-                             task's evaluation row; the config)
+                             task's evaluation row; the config; the run id and
+                             config hash, see norga.engine.run_identity)
     checkpoints/task_XX.pt.sha256   its checksum (``sha256sum -c`` format); a task is
                              complete only when this file exists and matches
     .lock                    present while a process trains into the folder (holds its pid)
@@ -82,6 +84,7 @@ class RunState:
     done: int = 0
     notes: List[str] = field(default_factory=list)
     corrupt: Optional[str] = None  # the message about a corrupt checkpoint, if one was found
+    folder: str = ""  # what run_marker.recognise_folder found: new, empty, marked or unmarked
 
 
 class RunDir:
@@ -150,18 +153,24 @@ class RunDir:
         A checkpoint without checksum file is an interrupted write; a corrupt one is
         reported (``state.corrupt``). Either way training redoes that task and overwrites
         it. Checkpoints without checksum files followed by later results come from an
-        older norga and are refused (:class:`RunError`). Nothing is modified.
+        older norga and are refused (:class:`RunError`); so is a missing, corrupt or
+        unverified checkpoint followed by a later one (a gap: never overwritten). Nothing is modified.
         """
         state = RunState()
         limit = num_tasks if num_tasks is not None else 10**6
-        while state.done < limit and self.checkpoint_path(state.done).is_file():
+        while state.done < limit:
             t = state.done
+            if not self.checkpoint_path(t).is_file():
+                self._refuse_gap(t, "is missing")
+                break
             problem = self._problem(t)
             if problem is None:
                 state.done += 1
                 continue
             if problem == "no checksum":
                 self._refuse_legacy(t)
+            self._refuse_gap(t, "has no checksum file" if problem == "no checksum" else f"is corrupt ({problem})")
+            if problem == "no checksum":
                 state.notes.append(f"{self._name(t)} has no checksum file: its write was interrupted; "
                                    f"task {t} is trained again")
             else:
@@ -170,6 +179,19 @@ class RunDir:
                                    "again")
             break
         return state
+
+    def _refuse_gap(self, task: int, problem: str) -> None:
+        """RunError when checkpoint ``task`` is not intact but a later task's file exists: norga writes them in order,
+        so the folder's checkpoints no longer form one run (training would overwrite the later ones)."""
+        later = sorted(p.name for p in self.checkpoints.glob("task_*.pt*") if p.name[5:7].isdigit()
+                       and int(p.name[5:7]) > task and p.name.endswith((".pt", ".pt.sha256")))
+        if later:
+            files = [name for name in later if name.endswith(".pt")] or later
+            listed = ", ".join(files[:4]) + (" ..." if len(files) > 4 else "")
+            raise RunError(f"{self.root}: {self._name(task)} {problem} while later checkpoints exist ({listed}); "
+                           f"nothing was written: put back task_{task:02d}.pt, or "
+                           f"move the later checkpoints out of the folder to train again from task {task}, or use a "
+                           "new --output-dir")
 
     def _refuse_legacy(self, task: int) -> None:
         """An older norga wrote no checksum files at all; this one always has task 0's once task 1 exists."""

@@ -10,7 +10,7 @@ import contextlib
 import dataclasses
 import time
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Iterator, Optional, Sequence, Tuple
 
 import torch
 from torch.utils.data import DataLoader
@@ -38,8 +38,11 @@ from ..toolkit.seeding import seed_everything, task_seed
 from ..toolkit.loss_watch import watching
 from .lifecycle import (attach_evaluation, chance_warning, check_finite, diverged_to_chance, finished_metrics,
                         saved_evaluation, task_context, write_results, write_status)
+from .eval_config import evaluation_config, requested_config
 from .provenance import (RunConfigMismatch, affects_results, change_line, check_run_config,  # noqa: F401
-                         config_history, history_note)
+                         config_history, history_note, with_new_defaults)
+from .run_identity import check_config_file, claim_folder, verified_configs
+from .run_marker import refuse_config_inside, require_run_folder
 from .shared_folder import opened_run
 from .tracker import MetricsTracker
 
@@ -110,14 +113,18 @@ class Evaluator:
                 for i in tqdm(range(task + 1), desc="evaluation", leave=False, disable=not is_main())]
 
 
-def run_training(cfg: Config, output_dir: Path, force: bool = False, feature_cache: Optional[Path] = None) -> dict:
+def run_training(cfg: Config, output_dir: Path, force: bool = False, feature_cache: Optional[Path] = None,
+                 config_file: Optional[str] = None) -> dict:
     """Train (or resume) a full run into ``output_dir``; returns metrics.json content.
 
-    Holds the folder's lock throughout; resumes after the last task whose checkpoint is
-    intact; a finished run returns its metrics at once. Model and data are built (and
-    so checked) before anything is written into the folder. ``feature_cache``: the folder of a
+    Writes only into a new or empty folder or a norga run folder (:mod:`norga.engine.run_marker`; ``config_file``,
+    the ``--config`` path, must not lie there under a name norga writes). Holds the folder's lock throughout;
+    resumes after the last task whose checkpoint is intact and belongs to the run (:mod:`norga.engine.run_identity`);
+    a finished run returns its metrics at once. Model and data are built (and so checked) before anything is
+    written into the folder; the marker ``norga-run.json`` is written first. ``feature_cache``: the folder of a
     :mod:`~norga.toolkit.feature_store` for frozen features (None: none).
     """
+    refuse_config_inside(config_file, Path(output_dir))
     cfg = resolve_config(cfg)
     with distributed_session(cfg.device):
         return _train_in_folder(cfg, RunDir(output_dir), force, feature_cache)
@@ -129,7 +136,11 @@ def _train_in_folder(cfg: Config, run: RunDir, force: bool, feature_cache: Optio
     changes: dict = {}
 
     def check(state) -> Optional[dict]:
-        changes.update(check_run_config(config_to_dict(cfg), run, state.done, cfg.data.num_tasks, force))
+        trained = verified_configs(run, state.done)
+        if trained:
+            check_config_file(run, trained[-1], "move it away: norga train writes the checkpoints' config again")
+        previous = trained[-1] if trained else None
+        changes.update(check_run_config(config_to_dict(cfg), previous, run, state.done, cfg.data.num_tasks, force))
         finished = finished_metrics(run, state, cfg.data.num_tasks)
         if finished is not None and run.read_config() is None:  # restore a lost config.yaml (checked above)
             run.write_config(config_to_dict(cfg))
@@ -140,6 +151,7 @@ def _train_in_folder(cfg: Config, run: RunDir, force: bool, feature_cache: Optio
             return finished
         device = resolve_device(cfg.device)
         vit, bench = build_vit_and_data(cfg)
+        stamp = claim_folder(run, config_to_dict(cfg), state.done) if is_main() else {}  # the run's first file
         log = run.logger()
         store = open_store(feature_cache, vit, cfg, log) if feature_cache is not None else None
         method = build_method(cfg, vit, bench.task_classes, device)
@@ -158,7 +170,7 @@ def _train_in_folder(cfg: Config, run: RunDir, force: bool, feature_cache: Optio
         epochs = epoch_log(run.root, cfg.logging.tensorboard, done) if is_main() else contextlib.nullcontext()
         with epochs, amp_mode(cfg.amp), compile_mode(cfg.compile), _status_on_stop(run, tracker, log):
             for t in range(done, bench.num_tasks):
-                _train_task(t, cfg, bench, method, tracker, run, evaluator, log)
+                _train_task(t, cfg, bench, method, tracker, run, evaluator, log, stamp)
                 log.info(progress_line(tracker.times, bench.num_tasks))
                 if is_main():
                     write_run_plots(run.root, tracker.metrics(), log)  # never raises: a failed plot is a warning
@@ -220,8 +232,9 @@ def _record_saved_tasks(run: RunDir, tracker: "MetricsTracker") -> None:
 
 
 def _train_task(t: int, cfg: Config, bench, method: Method, tracker: "MetricsTracker", run: RunDir,
-                evaluator: Evaluator, log) -> None:
-    """Learn and evaluate task t; checkpoint (with its evaluation row), then metrics, then the log line."""
+                evaluator: Evaluator, log, stamp: dict) -> None:
+    """Learn and evaluate task t; checkpoint (with its evaluation row and ``stamp``: the run's id and config hash),
+    then metrics, then the log line."""
     start = time.time()
     with task_context(t):
         loaders = task_loaders(cfg, bench, t, method.train_batch_size, evaluator.loader(t))
@@ -233,7 +246,7 @@ def _train_task(t: int, cfg: Config, bench, method: Method, tracker: "MetricsTra
     failure = diverged_to_chance(t, evaluation[t], len(bench.task_classes[t]), epochs)
     if failure:
         raise TrainingDiverged(failure)
-    state = {"task": t, "method_name": cfg.method.name, "method": method.state_dict(t)}
+    state = {"task": t, "method_name": cfg.method.name, "method": method.state_dict(t), "run": stamp}
     check_finite(state, t)
     run.save_checkpoint(t, attach_evaluation(state, evaluation, seconds, config_to_dict(cfg)))
     tracker.record(t, evaluation, seconds, config_to_dict(cfg))  # after the checkpoint: the tracker holds saved tasks
@@ -244,42 +257,51 @@ def _train_task(t: int, cfg: Config, bench, method: Method, tracker: "MetricsTra
         log.warning(warning)
 
 
-def load_run_config(run_dir: Path) -> Config:
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        raise RunError(f"run folder not found: {run_dir}")
+def trained_config(run_dir: Path) -> Tuple[RunDir, int, dict]:
+    """(run, intact tasks, the config its last intact checkpoint was trained with) of a run folder, after checking
+    the folder is a norga run, its checkpoints belong to it and config.yaml agrees with them. Writes nothing."""
     run = RunDir(run_dir)
-    raw = run.read_config()
-    if raw is None and run.scan().done:  # config.yaml lost: the checkpoints carry it
-        raw = run.load_checkpoint(0).get("config")
-    if raw is None:
-        raise RunError(f"{run_dir} has no config.yaml: is it a norga run directory?")
-    try:
-        return from_dict(Config, raw, "")
-    except ConfigError as err:
-        raise ConfigError(f"{run_dir / 'config.yaml'}: {err}") from err
-
-
-def evaluate_run(run_dir: Path) -> dict:
-    """Recompute the accuracy matrix of a (partial) run from its verified per-task checkpoints.
-
-    A corrupt checkpoint is an error naming it (training would redo that task); ``eval_seconds``
-    holds the evaluation time after each task (no training times: nothing is trained here).
-    """
-    run = RunDir(run_dir)
-    cfg = load_run_config(run_dir)
-    state = run.scan(cfg.data.num_tasks)
+    require_run_folder(run.root)
+    state = run.scan()
     if state.corrupt:
         raise RunError(f"{run.root}: {state.corrupt}; 'norga train' on this folder trains that task again")
     if state.done == 0:
         raise RunError(f"{run_dir} has no completed task checkpoint yet")
+    trained = verified_configs(run, state.done)[-1]
+    if trained is None:
+        raise RunError(f"{run_dir}: its checkpoints carry no config (written by an older norga); use a new run")
+    check_config_file(run, trained, "restore it (or move it away: norga train writes the checkpoints' config again); "
+                      "to evaluate on other data ask for it with --set KEY=VALUE (norga eval --help)")
+    return run, state.done, trained
+
+
+def load_run_config(run_dir: Path) -> Config:
+    """The Config a run folder's checkpoints were trained with (:func:`trained_config`)."""
+    _, _, trained = trained_config(run_dir)
+    try:
+        return from_dict(Config, with_new_defaults(trained), "")
+    except ConfigError as err:
+        raise ConfigError(f"{run_dir}: the config its checkpoints record: {err}") from err
+
+
+def evaluate_run(run_dir: Path, config_file: Optional[str] = None, overrides: Sequence[str] = ()) -> dict:
+    """Recompute the accuracy matrix of a (partial) run from its verified per-task checkpoints.
+
+    Evaluates with the config the checkpoints were trained with; ``config_file`` / ``overrides`` (``--config`` /
+    ``--set``) may change only its evaluation keys (:mod:`norga.engine.eval_config`; ``eval_overrides`` in the
+    result). A corrupt checkpoint is an error naming it (training would redo that task); ``eval_seconds``
+    holds the evaluation time after each task (no training times: nothing is trained here).
+    """
+    run, done, trained = trained_config(run_dir)
+    evaluated, changed = evaluation_config(trained, requested_config(trained, config_file, list(overrides)))
+    cfg = from_dict(Config, evaluated, "")
     with distributed_session(cfg.device):  # under torchrun each process evaluates a part of every test set
         vit = build_vit(cfg)
         bench = build_data(cfg, vit)
         method = build_method(cfg, vit, bench.task_classes, resolve_device(cfg.device))
         tracker = MetricsTracker(cfg, bench, method, None)
         evaluator = Evaluator(cfg, bench, method)
-        for t in range(state.done):
+        for t in range(min(done, cfg.data.num_tasks)):
             start = time.time()
             saved = run.load_checkpoint(t)
             method.load_state_dict(method_state(saved, method, run), with_training_state=False)
@@ -288,4 +310,5 @@ def evaluate_run(run_dir: Path) -> dict:
             tracker.record(t, evaluation, time.time() - start, saved.get("config"))
     metrics = tracker.metrics()
     metrics["eval_seconds"] = metrics.pop("task_seconds")
+    metrics["eval_overrides"] = changed
     return metrics

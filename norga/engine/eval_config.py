@@ -1,0 +1,110 @@
+"""What ``norga eval`` evaluates: the config its checkpoints were trained with, and where it may write.
+
+``norga eval --run X`` evaluates X's checkpoints with the config they were trained with (the one the last
+intact checkpoint records); a ``config.yaml`` that disagrees with it is an error listing the keys
+(:func:`norga.engine.run_identity.check_config_file`). To evaluate on other data — another test split
+size, the data moved to another root — ask explicitly with ``--set KEY=VALUE`` (applied to the checkpoints'
+config) or ``--config CFG`` (a whole config, compared with the checkpoints'): only the evaluation keys
+:data:`EVAL_KEYS` may differ; they are applied with a warning and recorded in ``eval.json`` as
+``eval_overrides: {key: [trained, evaluated]}``. Any other difference (seed, class order, method, model, ...)
+would evaluate something the checkpoints were not trained as, and is an error listing the keys.
+
+:func:`check_eval_output`: the output file is new, or a previous ``norga eval`` output (it is replaced),
+never a file the user wrote, and never a name norga writes in a run folder other than ``eval.json``.
+"""
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+from ..config import Config, ConfigError, config_to_dict, from_dict, load_config
+from ..config.loading import parse_yaml
+from ..errors import RunError
+from .provenance import affects_results, changed_values, with_new_defaults
+from .run_marker import written_by_norga
+
+# keys that choose the data a run is evaluated on, or how (not what the checkpoints learned)
+EVAL_KEYS = ("data.root", "data.download", "data.test_per_class", "data.num_workers", "data.options.test_per_class",
+             "device", "eval_batch_size", "eval_mask_unseen", "amp", "compile")
+
+
+def with_overrides(resolved: dict, overrides: List[str]) -> dict:
+    """A copy of ``resolved`` with ``key.path=value`` overrides applied (values read as YAML, as ``--set``)."""
+    merged = copy.deepcopy(resolved)
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} must look like key.path=value")
+        key, text = item.split("=", 1)
+        node, parts = merged, key.strip().split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override {key!r}: {part!r} is not a section")
+        node[parts[-1]] = parse_yaml(text) if text.strip() else None
+    return merged
+
+
+def requested_config(trained: dict, config_file: Optional[str], overrides: List[str]) -> Optional[dict]:
+    """The resolved config ``--config``/``--set`` ask for (None: neither given)."""
+    from .task_loop import resolve_config  # late: task_loop imports this module's users
+
+    if config_file is None and not overrides:
+        return None
+    cfg = load_config(config_file, overrides) if config_file else from_dict(
+        Config, with_overrides(with_new_defaults(trained), overrides), "")
+    return config_to_dict(resolve_config(cfg))
+
+
+def _set(tree: dict, key: str, value: Any) -> None:
+    *path, last = key.split(".")
+    for part in path:
+        tree = tree.setdefault(part, {})
+    tree[last] = value
+
+
+def evaluation_config(trained: dict, requested: Optional[dict]) -> Tuple[dict, Dict[str, list]]:
+    """(config to evaluate with, ``{key: [trained, evaluated]}``): the checkpoints' config plus the evaluation keys
+    ``requested`` changes; RunError listing any other key it changes."""
+    base = with_new_defaults(trained)
+    if requested is None:
+        return base, {}
+    changes = {k: v for k, v in changed_values(base, requested).items() if affects_results(k)}
+    refused = sorted(k for k in changes if k not in EVAL_KEYS)
+    if refused:
+        raise RunError(f"the checkpoints were trained with other values of {refused[:12]} than --config/--set ask for; "
+                       f"norga eval evaluates what the checkpoints were trained with and may change only the "
+                       f"evaluation keys {list(EVAL_KEYS)}: drop --config and pass those as --set KEY=VALUE")
+    evaluated = copy.deepcopy(base)
+    for key, (_, new) in changes.items():
+        _set(evaluated, key, new)
+    return evaluated, changes
+
+
+def override_warning(run_dir: Path, overrides: Dict[str, list]) -> str:
+    listed = "; ".join(f"{key}: {old!r} -> {new!r}" for key, (old, new) in sorted(overrides.items()))
+    return (f"warning: {run_dir} evaluated with its checkpoints' config except {listed} (asked by --config/--set); "
+            "eval.json records this as eval_overrides")
+
+
+def check_eval_output(out: Path, run_dir: Path) -> None:
+    """RunError unless ``out`` may be written: new, or an earlier ``norga eval`` output (module doc)."""
+    out = Path(out)
+    try:
+        inside = out.resolve().relative_to(Path(run_dir).resolve())
+    except ValueError:
+        inside = None
+    name = written_by_norga(inside) if inside is not None else None
+    if name is not None and name != "eval.json":
+        raise RunError(f"--output {out} is the run folder's own {name}; choose another --output (default: "
+                       f"{Path(run_dir) / 'eval.json'})")
+    if not out.exists():
+        return
+    try:
+        previous = json.loads(out.read_text()) if out.is_file() else None
+    except (OSError, ValueError, UnicodeDecodeError):
+        previous = None
+    if not (isinstance(previous, dict) and "eval_seconds" in previous and "acc_matrix" in previous):
+        raise RunError(f"--output {out} exists and was not written by norga eval; norga never replaces your files: "
+                       "choose another --output")
