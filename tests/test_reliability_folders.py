@@ -59,7 +59,7 @@ def as_older_norga(run: Path) -> Path:
     """``run`` as a norga before the run marker wrote it: no norga-run.json, checkpoints without run identity."""
     (run / "norga-run.json").unlink()
     for task in range(3):
-        resave(run, task, lambda state: state.pop("run"))
+        resave(run, task, lambda state: state.pop("run", None))
     return run
 
 
@@ -131,7 +131,7 @@ def checkpoint_cases(tmp: Path, runs) -> Dict[str, Tuple[List[str], Path, List[s
     for path in (runs["b"] / "checkpoints").glob("task_02.pt*"):
         shutil.copy2(path, foreign_eval / "checkpoints" / path.name)
     older = case("older checkpoint")  # an older norga's checkpoint (no run id) put into a marked run
-    resave(older, 2, lambda state: state.pop("run"))
+    resave(older, 2, lambda state: state.pop("run", None))
     other_config = case("other config")  # case 3: another run's config.yaml copied in
     shutil.copy2(runs["b"] / "config.yaml", other_config / "config.yaml")
     split = case("test split edited")
