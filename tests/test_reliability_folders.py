@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from faults import SMOKE, TINY, assert_one_line_error, assert_same_metrics, train_args
-from norga.cli import main as norga
+from norga.commands.cli import main as norga
 
 pytestmark = pytest.mark.integration  # trains two tiny runs (module fixture)
 
@@ -85,6 +85,7 @@ def output_folder_cases(tmp: Path, runs) -> Dict[str, Tuple[List[str], Path, Lis
     with_metrics = user_folder("with_metrics", {"metrics.json": '{"FA": 0.9}\n'})
     with_plot = user_folder("with_plot", {"plots/loss.png": "my figure"})
     bad_marker = user_folder("bad_marker", {"norga-run.json": "not json", "notes.txt": "mine"})
+    my_summary = user_folder("my_summary", {"summary.md": "# my notes\n"})
     run_copy = copy(runs, "a", tmp / "run_copy")
     train = lambda out, *extra: ["train", *train_args(out, *extra)]  # noqa: E731
     return {
@@ -106,6 +107,8 @@ def output_folder_cases(tmp: Path, runs) -> Dict[str, Tuple[List[str], Path, Lis
                                             ["not a norga run folder"]),
         "routes of a folder that is no run": (["routes", "--run", str(with_plot)], with_plot,
                                               ["not a norga run folder"]),
+        "summarize --out holds the user's summary.md": (["summarize", str(runs["a"]), "--out", str(my_summary)],
+                                                        my_summary, ["summary.md not written by norga summarize"]),
     }
 
 
@@ -175,6 +178,7 @@ CASES = ["1: --config is the output folder's config.yaml", "1: output folder hol
          "1: output folder holds the user's metrics.json", "1: output folder holds the user's plots/loss.png",
          "1: a file named like the marker that is not one", "1: --config is a norga run's own config.yaml",
          "eval of a folder that is no run", "routes of a folder that is no run",
+         "summarize --out holds the user's summary.md",
          "2: task_00.pt missing, eval", "2: task_00.pt missing, train", "2: task_01.pt missing, train",
          "2: task_00.pt corrupt before intact ones", "2: checkpoints swapped", "3: another run's config.yaml, eval",
          "3: another run's config.yaml, train", "3: test_per_class edited in config.yaml",
@@ -259,3 +263,15 @@ def test_eval_with_the_checkpoints_own_config_file_is_the_plain_evaluation(runs,
     assert evaluated["acc_matrix"] == json.loads((runs["a"] / "metrics.json").read_text())["acc_matrix"]
     status, _, err = cli(capsys, "eval", "--run", str(run), "--output", str(tmp_path / "e.json"))
     assert status == 0, err[-2000:]  # an earlier eval output is replaced
+
+
+def test_summarize_replaces_only_its_own_outputs(runs, tmp_path, capsys):
+    out = tmp_path / "summary"
+    for _ in range(2):  # a new folder, then norga summarize's own files again
+        status, _, err = cli(capsys, "summarize", str(runs["a"]), str(runs["b"]), "--out", str(out))
+        assert status == 0, err[-2000:]
+    (out / "summary.csv").write_text("my own table\n")
+    before = tree(out)
+    status, _, err = cli(capsys, "summarize", str(runs["a"]), str(runs["b"]), "--out", str(out))
+    assert_one_line_error(status, err, "not written by norga summarize")
+    assert tree(out) == before

@@ -101,12 +101,17 @@ def test_bad_input_is_one_line_and_leaves_nothing(case, dry_run, tmp_path, capsy
 
 def test_data_path_mistake_when_the_run_folder_holds_results(tmp_path, capsys):
     """Bad input on resume: one line, and the completed tasks' files are untouched."""
+    import io
+
+    import torch
     from norga.engine.run_folder import RunDir, sha256_hex
 
     run = RunDir(tmp_path / "run")
     run.write_config({"seed": 0})
-    for t in range(2):  # two "completed" tasks: checkpoint bytes with matching checksums
-        data = f"checkpoint {t}".encode()
+    for t in range(2):  # two "completed" tasks: small checkpoints (task and config only) with matching checksums
+        buffer = io.BytesIO()
+        torch.save({"task": t, "config": {"seed": 0}}, buffer)
+        data = buffer.getvalue()
         run.checkpoints.mkdir(exist_ok=True)
         run.checkpoint_path(t).write_bytes(data)
         run.checksum_path(t).write_text(f"{sha256_hex(data)}  {run.checkpoint_path(t).name}\n")

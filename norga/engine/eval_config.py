@@ -19,7 +19,7 @@ import json
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from ..config import Config, ConfigError, config_to_dict, from_dict, load_config
+from ..config import Config, ConfigError, from_dict, load_config
 from ..config.loading import parse_yaml
 from ..errors import RunError
 from .provenance import affects_results, changed_values, with_new_defaults
@@ -46,15 +46,13 @@ def with_overrides(resolved: dict, overrides: List[str]) -> dict:
     return merged
 
 
-def requested_config(trained: dict, config_file: Optional[str], overrides: List[str]) -> Optional[dict]:
-    """The resolved config ``--config``/``--set`` ask for (None: neither given)."""
-    from .task_loop import resolve_config  # late: task_loop imports this module's users
-
+def requested_config(trained: dict, config_file: Optional[str], overrides: List[str]) -> Optional[Config]:
+    """The config ``--config``/``--set`` ask for (None: neither given); ``--set`` alone changes ``trained``."""
     if config_file is None and not overrides:
         return None
-    cfg = load_config(config_file, overrides) if config_file else from_dict(
-        Config, with_overrides(with_new_defaults(trained), overrides), "")
-    return config_to_dict(resolve_config(cfg))
+    if config_file:
+        return load_config(config_file, overrides)
+    return from_dict(Config, with_overrides(with_new_defaults(trained), overrides), "")
 
 
 def _set(tree: dict, key: str, value: Any) -> None:
@@ -66,7 +64,7 @@ def _set(tree: dict, key: str, value: Any) -> None:
 
 def evaluation_config(trained: dict, requested: Optional[dict]) -> Tuple[dict, Dict[str, list]]:
     """(config to evaluate with, ``{key: [trained, evaluated]}``): the checkpoints' config plus the evaluation keys
-    ``requested`` changes; RunError listing any other key it changes."""
+    ``requested`` (a resolved config dict, or None) changes; RunError listing any other key it changes."""
     base = with_new_defaults(trained)
     if requested is None:
         return base, {}

@@ -293,7 +293,8 @@ def evaluate_run(run_dir: Path, config_file: Optional[str] = None, overrides: Se
     holds the evaluation time after each task (no training times: nothing is trained here).
     """
     run, done, trained = trained_config(run_dir)
-    evaluated, changed = evaluation_config(trained, requested_config(trained, config_file, list(overrides)))
+    requested = requested_config(trained, config_file, list(overrides))
+    evaluated, changed = evaluation_config(trained, requested and config_to_dict(resolve_config(requested)))
     cfg = from_dict(Config, evaluated, "")
     with distributed_session(cfg.device):  # under torchrun each process evaluates a part of every test set
         vit = build_vit(cfg)

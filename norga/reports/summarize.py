@@ -109,11 +109,31 @@ def markdown(groups: Sequence[Group], pair: Optional[Tuple[List[int], Dict[str, 
     return "\n".join(lines)
 
 
+CSV_COLUMNS = ["kind", "group", "run", "metric", "n", "mean_pct", "std_pct", "ci95_low_pct", "ci95_high_pct", "seeds",
+               "ci95_clipped"]
+SUMMARY_FILES = ("summary.md", "summary.csv", "comparison.png")
+
+
+def out_problem(out: Path) -> Optional[str]:
+    """Why ``--out`` must not be written (a file; summary files there that norga summarize did not write, known by
+    the header of its summary.csv), or None: norga never replaces a file the user wrote."""
+    if out.exists() and not out.is_dir():
+        return f"--out {out} exists and is not a folder; choose another --out"
+    present = [name for name in SUMMARY_FILES if (out / name).exists()]
+    try:
+        ours = (out / "summary.csv").read_text().splitlines()[0] == ",".join(CSV_COLUMNS)
+    except (OSError, IndexError, UnicodeDecodeError):
+        ours = False
+    if present and not ours:
+        return (f"--out {out} holds {', '.join(present)} not written by norga summarize; norga never replaces your "
+                "files: choose another --out")
+    return None
+
+
 def csv_text(groups: Sequence[Group], pair: Optional[Tuple[List[int], Dict[str, Estimate]]]) -> str:
     out = io.StringIO()
     w = csv.writer(out)
-    w.writerow(["kind", "group", "run", "metric", "n", "mean_pct", "std_pct", "ci95_low_pct", "ci95_high_pct",
-                "seeds", "ci95_clipped"])
+    w.writerow(CSV_COLUMNS)
     fmt = lambda x: "" if math.isnan(x) else f"{x:.6f}"
     for g in groups:
         for r in g.runs:
@@ -180,6 +200,10 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser().parse_args(argv)
+    problem = out_problem(args.out) if args.out is not None else None
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     try:
         groups, pair, between = build(args)
     except SummaryError as err:
