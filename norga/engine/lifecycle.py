@@ -37,14 +37,12 @@ def open_run(run: RunDir, num_tasks: int) -> Iterator[RunState]:
     A folder created here is removed again on exit if nothing was written into it
     (e.g. the backbone weights or the data were unavailable).
     """
-    folder = recognise_folder(run.root)
+    recognise_folder(run.root)  # RunError for a folder that is neither new, empty nor a norga run
     created = run.ensure_folder()
     try:
         with run.lock():
             run.clean_temp_files()
-            state = run.scan(num_tasks)
-            state.folder = folder
-            yield state
+            yield run.scan(num_tasks)
     finally:
         if created:
             with contextlib.suppress(OSError):

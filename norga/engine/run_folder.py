@@ -84,7 +84,6 @@ class RunState:
     done: int = 0
     notes: List[str] = field(default_factory=list)
     corrupt: Optional[str] = None  # the message about a corrupt checkpoint, if one was found
-    folder: str = ""  # what run_marker.recognise_folder found: new, empty, marked or unmarked
 
 
 class RunDir:
@@ -153,8 +152,7 @@ class RunDir:
         A checkpoint without checksum file is an interrupted write; a corrupt one is
         reported (``state.corrupt``). Either way training redoes that task and overwrites
         it. Checkpoints without checksum files followed by later results come from an
-        older norga and are refused (:class:`RunError`); so is a missing, corrupt or
-        unverified checkpoint followed by a later one (a gap: never overwritten). Nothing is modified.
+        older norga and are refused (:class:`RunError`), as is a gap (a checkpoint not intact before a later one).
         """
         state = RunState()
         limit = num_tasks if num_tasks is not None else 10**6

@@ -17,12 +17,13 @@ copy for the reader; the checkpoints are the record): an edited or copied-in fil
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
 
 from ..errors import RunError
 from .provenance import affects_results, changed_values, config_hash, with_new_defaults
 from .run_folder import RunDir
-from .run_marker import RunMarker, new_marker, read_marker, write_marker
+from .run_marker import RunMarker, new_marker, read_marker, require_run_folder, write_marker
 
 
 def identity(run_id: str, resolved: dict) -> Dict[str, str]:
@@ -106,6 +107,15 @@ def check_config_file(run: RunDir, trained: dict, fix: str) -> None:
                        f"copied in; {fix}")
 
 
+def check_same_method(run: RunDir, previous: Optional[dict], method: str, task: int) -> None:
+    """RunError when the last checkpoint (task ``task``, config ``previous``) was trained by another method than
+    ``method``: even ``--force`` cannot continue another method's run (refused before anything is written)."""
+    trained = ((previous or {}).get("method") or {}).get("name", method)
+    if trained != method:
+        raise RunError(f"{run.root}: checkpoint of task {task} was written by {trained}, not by method {method!r}; use "
+                       "a new --output-dir")
+
+
 def claim_folder(run: RunDir, resolved: dict, done: int) -> Dict[str, str]:
     """Write the folder's marker (the first file of a new run; an unmarked run of an older norga gets one, taking
     over its ``done`` checkpoints), or update its config hash after ``--force``; returns what new checkpoints
@@ -120,3 +130,21 @@ def claim_folder(run: RunDir, resolved: dict, done: int) -> Dict[str, str]:
         marker.config_hash = digest
         write_marker(run.root, marker)
     return identity(marker.run_id, resolved)
+
+
+def trained_config(run_dir: Path) -> Tuple[RunDir, int, dict]:
+    """(run, intact tasks, the config its last intact checkpoint was trained with) of a run folder, after checking
+    the folder is a norga run, its checkpoints belong to it and config.yaml agrees with them. Writes nothing."""
+    run = RunDir(run_dir)
+    require_run_folder(run.root)
+    state = run.scan()
+    if state.corrupt:
+        raise RunError(f"{run.root}: {state.corrupt}; 'norga train' on this folder trains that task again")
+    if state.done == 0:
+        raise RunError(f"{run_dir} has no completed task checkpoint yet")
+    trained = verified_configs(run, state.done)[-1]
+    if trained is None:
+        raise RunError(f"{run_dir}: its checkpoints carry no config (written by an older norga); use a new run")
+    check_config_file(run, trained, "restore it (or move it away: norga train writes the checkpoints' config again); "
+                      "to evaluate on other data ask for it with --set KEY=VALUE (norga eval --help)")
+    return run, state.done, trained

@@ -10,7 +10,7 @@ import contextlib
 import dataclasses
 import time
 from pathlib import Path
-from typing import Iterator, Optional, Sequence, Tuple
+from typing import Iterator, Optional, Sequence
 
 import torch
 from torch.utils.data import DataLoader
@@ -41,8 +41,8 @@ from .lifecycle import (attach_evaluation, chance_warning, check_finite, diverge
 from .eval_config import evaluation_config, requested_config
 from .provenance import (RunConfigMismatch, affects_results, change_line, check_run_config,  # noqa: F401
                          config_history, history_note, with_new_defaults)
-from .run_identity import check_config_file, claim_folder, verified_configs
-from .run_marker import refuse_config_inside, require_run_folder
+from .run_identity import check_config_file, check_same_method, claim_folder, trained_config, verified_configs
+from .run_marker import refuse_config_inside
 from .shared_folder import opened_run
 from .tracker import MetricsTracker
 
@@ -140,6 +140,7 @@ def _train_in_folder(cfg: Config, run: RunDir, force: bool, feature_cache: Optio
         if trained:
             check_config_file(run, trained[-1], "move it away: norga train writes the checkpoints' config again")
         previous = trained[-1] if trained else None
+        check_same_method(run, previous, cfg.method.name, state.done - 1)
         changes.update(check_run_config(config_to_dict(cfg), previous, run, state.done, cfg.data.num_tasks, force))
         finished = finished_metrics(run, state, cfg.data.num_tasks)
         if finished is not None and run.read_config() is None:  # restore a lost config.yaml (checked above)
@@ -255,24 +256,6 @@ def _train_task(t: int, cfg: Config, bench, method: Method, tracker: "MetricsTra
     warning = chance_warning(t, evaluation[t], len(bench.task_classes[t]))
     if warning:
         log.warning(warning)
-
-
-def trained_config(run_dir: Path) -> Tuple[RunDir, int, dict]:
-    """(run, intact tasks, the config its last intact checkpoint was trained with) of a run folder, after checking
-    the folder is a norga run, its checkpoints belong to it and config.yaml agrees with them. Writes nothing."""
-    run = RunDir(run_dir)
-    require_run_folder(run.root)
-    state = run.scan()
-    if state.corrupt:
-        raise RunError(f"{run.root}: {state.corrupt}; 'norga train' on this folder trains that task again")
-    if state.done == 0:
-        raise RunError(f"{run_dir} has no completed task checkpoint yet")
-    trained = verified_configs(run, state.done)[-1]
-    if trained is None:
-        raise RunError(f"{run_dir}: its checkpoints carry no config (written by an older norga); use a new run")
-    check_config_file(run, trained, "restore it (or move it away: norga train writes the checkpoints' config again); "
-                      "to evaluate on other data ask for it with --set KEY=VALUE (norga eval --help)")
-    return run, state.done, trained
 
 
 def load_run_config(run_dir: Path) -> Config:
