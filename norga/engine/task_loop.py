@@ -152,10 +152,10 @@ def _train_in_folder(cfg: Config, run: RunDir, force: bool, feature_cache: Optio
             return finished
         device = resolve_device(cfg.device)
         vit, bench = build_vit_and_data(cfg)
+        method = build_method(cfg, vit, bench.task_classes, device)  # checked before anything is written
         stamp = claim_folder(run, config_to_dict(cfg), state.done) if is_main() else {}  # the run's first file
         log = run.logger()
         store = open_store(feature_cache, vit, cfg, log) if feature_cache is not None else None
-        method = build_method(cfg, vit, bench.task_classes, device)
         method.feature_store = store
         for note in state.notes:
             log.warning(f"warning: {note}")
