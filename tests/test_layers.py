@@ -1,8 +1,12 @@
 """The package's layers read top-down: no module imports a module of a higher layer, and no import circle.
 
 Every ``import`` / ``from ... import`` statement in ``norga/`` counts, wherever it stands (a function-level
-import is still a dependency). Registries are filled by name at run time (``importlib``), which is how a
-lower layer finds its plug-ins without importing them; those lookups are not import statements.
+import is still a dependency), and so does every run-time import, ``importlib.import_module(NAME)``, whose
+name is a string in the code (a literal or a module-level constant). A plug-in registry may climb at run time
+(a lower layer importing the package that registers into it, by name): each such climb is declared in
+:data:`PLUGIN_REGISTRIES` (and in the registry's docstring); any other climb fails like an import statement. A
+run-time import whose name is data (a registry's value, a list of third-party packages) is declared in
+:data:`DATA_NAMED_IMPORTS`; an undeclared one fails, so no climb hides behind a variable.
 """
 from __future__ import annotations
 
@@ -10,11 +14,13 @@ import ast
 from pathlib import Path
 from typing import Dict, List, Set
 
+import pytest
+
 PACKAGE = Path(__file__).resolve().parents[1] / "norga"
 
 # Lowest first. A module may import modules of its own layer or of lower layers only.
 LAYERS: List[List[str]] = [
-    ["norga", "norga._version", "norga.errors", "norga.registry", "norga.files", "norga.config"],  # foundation: torch-free
+    ["norga", "norga._version", "norga.errors", "norga.registry", "norga.files", "norga.config"],  # foundation
     ["norga.data"],
     ["norga.models"],
     ["norga.toolkit"],  # what methods are built from
@@ -24,6 +30,14 @@ LAYERS: List[List[str]] = [
     ["norga.commands", "norga.__main__", "norga.reproduce"],  # the commands; norga reproduce (grids of runs) is one
     ["norga.theory"],  # stand-alone numerical checks of the papers (they use the real gates)
 ]
+
+# (registry module, package it imports by name at run time so that the package's modules register themselves)
+PLUGIN_REGISTRIES = {("norga.config.registry", "norga.methods")}
+# module -> what its run-time imports of names held in data load
+DATA_NAMED_IMPORTS = {
+    "norga.methods": "the implementation module a registered method config names (norga.methods.*)",
+    "norga.commands.environment": "the third-party packages norga doctor checks (torch, torchvision, timm)",
+}
 
 
 def module_name(path: Path) -> str:
@@ -43,11 +57,13 @@ def layer_of(module: str) -> int:
 
 
 def imported_modules(path: Path) -> Set[str]:
-    """norga modules imported anywhere in the file (``from . import x`` counts x when it is a module)."""
+    """norga modules imported anywhere in the file (``from . import x`` counts x when it is a module), by statement or
+    by ``importlib.import_module`` at run time."""
     module = module_name(path)
     package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
-    found: Set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    tree = ast.parse(path.read_text())
+    found: Set[str] = {name for name in runtime_imports(tree, module) if name.split(".")[0] == "norga"}
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found |= {a.name for a in node.names if a.name.split(".")[0] == "norga"}
         elif isinstance(node, ast.ImportFrom):
@@ -67,8 +83,40 @@ def imported_modules(path: Path) -> Set[str]:
     return found
 
 
+def runtime_imports(tree: ast.Module, module: str) -> Set[str]:
+    """Names passed to ``import_module`` in ``tree``: a string literal, a module-level string constant, or
+    ``f"{__name__}.x"`` (the module's own submodules, counted as the module). Any other argument must be declared in
+    DATA_NAMED_IMPORTS, else AssertionError."""
+    constants = {target.id: node.value.value for node in tree.body if isinstance(node, ast.Assign)
+                 and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+                 for target in node.targets if isinstance(target, ast.Name)}
+    found: Set[str] = set()
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and node.args and
+                getattr(node.func, "attr", getattr(node.func, "id", None)) == "import_module"):
+            continue
+        arg = node.args[0]
+        if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+            found.add(arg.value)
+        elif isinstance(arg, ast.Name) and arg.id in constants:
+            found.add(constants[arg.id])
+        elif isinstance(arg, ast.JoinedStr) and isinstance(arg.values[0], ast.FormattedValue) and \
+                getattr(arg.values[0].value, "id", None) == "__name__":
+            found.add(module)
+        else:
+            assert module in DATA_NAMED_IMPORTS, (
+                f"{module} line {node.lineno}: import_module of a name the layer test cannot read; pass a string "
+                "constant, or declare what it loads in DATA_NAMED_IMPORTS (tests/test_layers.py)")
+    return found
+
+
 def import_graph() -> Dict[str, Set[str]]:
-    return {module_name(p): imported_modules(p) - {module_name(p)} for p in sorted(PACKAGE.rglob("*.py"))}
+    """module -> norga modules it imports; a declared plug-in registry's run-time import is left out."""
+    graph = {module_name(p): imported_modules(p) - {module_name(p)} for p in sorted(PACKAGE.rglob("*.py"))}
+    for registry, plugins in PLUGIN_REGISTRIES:
+        assert plugins in graph[registry], f"{registry} no longer imports {plugins}: remove it from PLUGIN_REGISTRIES"
+        graph[registry] = graph[registry] - {plugins}
+    return graph
 
 
 def test_no_module_imports_a_higher_layer():
@@ -117,3 +165,14 @@ def test_the_cycle_finder_and_the_layer_rule_can_fail():
     assert find_cycle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) is None
     assert layer_of("norga.engine.task_loop") > layer_of("norga.methods.base") > layer_of("norga.toolkit.training")
     assert layer_of("norga.config") == 0 and layer_of("norga.commands.cli") > layer_of("norga.engine")
+
+
+def test_a_runtime_import_counts_unless_declared():
+    climb = ast.parse('import importlib\nSECTION = "norga.engine"\n'
+                      'def f(x):\n    importlib.import_module(SECTION)\n    importlib.import_module("norga.methods")\n')
+    assert runtime_imports(climb, "norga.config.schema") == {"norga.engine", "norga.methods"}
+    hidden = ast.parse("import importlib\ndef f(x):\n    importlib.import_module(x)\n")
+    with pytest.raises(AssertionError, match="DATA_NAMED_IMPORTS"):
+        runtime_imports(hidden, "norga.config.schema")
+    assert layer_of("norga.methods") > layer_of("norga.config.registry")
+    assert "norga.methods" in imported_modules(PACKAGE / "config" / "registry.py")  # seen, then allowed as declared

@@ -230,7 +230,7 @@ def first_sentence(doc: str) -> str:
 # ---- the norga command ---------------------------------------------------------------
 def data_main(argv: Sequence[str]) -> int:
     """``norga data prepare | list``: :mod:`norga.commands.data_command` (imported only now)."""
-    from .data_command import data_main as run
+    from .data_command import main as run
 
     return run(list(argv))
 

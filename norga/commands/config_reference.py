@@ -100,7 +100,7 @@ def table(items: Iterator[Row], key_title: str = "key") -> List[str]:
     return out
 
 
-def first_line(cls: type) -> str:
+def docstring_first_line(cls: type) -> str:
     return (inspect.getdoc(cls) or "").strip().splitlines()[0] if inspect.getdoc(cls) else ""
 
 
@@ -112,12 +112,12 @@ def reference() -> str:
                        "the registered method; its options are its section below")]
     out = ["## The run (top level, `data`, `model`, `logging`)", "", *table(iter(top + list(rows(Config)))), ""]
     for name, cls in sorted(method_configs().items()):
-        out += [f"## `method.name: {name}`", "", f"{first_line(cls)} (`{cls.__module__}.{cls.__name__}`)", "",
+        out += [f"## `method.name: {name}`", "", f"{docstring_first_line(cls)} (`{cls.__module__}.{cls.__name__}`)", "",
                 *table(rows(cls, skip=("name",)), "key (under `method.`)"), ""]
     out += ["## Gates (`method.gate` of the prefix methods)", ""]
     for name, gate in sorted(GATES.items()):
         options = list(rows(gate.Options))
-        out += [f"### `gate: {{name: {name}}}`", "", first_line(gate), ""]
+        out += [f"### `gate: {{name: {name}}}`", "", docstring_first_line(gate), ""]
         out += [*table(iter(options), "option (under `method.gate.`)"), ""] if options else ["No options.", ""]
     return "\n".join(out).rstrip() + "\n"
 

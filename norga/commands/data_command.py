@@ -62,7 +62,7 @@ def list_lines() -> List[str]:
     return lines
 
 
-def run(args) -> int:
+def run_data_command(args) -> int:
     """The ``norga data`` command after parsing; DataError for anything the user can fix."""
     from ..data.check import MAX_LISTED, check_benchmark
     from ..data.prepare import get_preparer, prepare
@@ -91,13 +91,13 @@ def run(args) -> int:
     return 0
 
 
-def data_main(argv: Sequence[str]) -> int:
+def main(argv: Sequence[str]) -> int:
     """Entry point of ``norga data``: one ``error:`` line and exit status 2 for a problem the user can fix."""
     from .guard import guarded
 
     args = _parser().parse_args(list(argv))
-    return guarded(lambda: run(args), lambda: "nothing is half-extracted; run the same command again")
+    return guarded(lambda: run_data_command(args), lambda: "nothing is half-extracted; run the same command again")
 
 
 if __name__ == "__main__":
-    sys.exit(data_main(sys.argv[1:]))
+    sys.exit(main(sys.argv[1:]))

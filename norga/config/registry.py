@@ -1,4 +1,9 @@
-"""The registry of method config sections, below the methods: reading a config never imports a method."""
+"""The plug-in registry of method config sections, below the methods: reading a config never imports a method.
+
+A plug-in registry: :func:`method_configs` imports the package ``norga.methods`` by name at run time
+(``importlib``), a declared climb over the layers (``PLUGIN_REGISTRIES`` in ``tests/test_layers.py``) whose only
+effect is that the torch-free ``norga/methods/*_config.py`` modules register their sections here.
+"""
 from __future__ import annotations
 
 import importlib

@@ -25,6 +25,7 @@ from typing import Any, Optional, Tuple
 import torch
 from torch import Tensor
 
+from ..methods.base import TestBatch
 from ..toolkit.distributed import shard_of, sum_over_processes
 from ..toolkit.heads import masked_logits
 
@@ -47,8 +48,6 @@ def evaluate_task(method, task: int, seen: Tensor, loader, device, cache: Any = 
     :meth:`~norga.methods.base.Method.new_eval_cache` to every evaluation of a run to reuse work.
     ``mask_unseen=False`` lets every class's logit compete in the class-incremental argmax.
     """
-    from ..methods.base import TestBatch  # late: norga.methods imports this package
-
     n = len(loader.dataset)
     if n == 0:
         raise ValueError(f"test set of task {task} is empty")

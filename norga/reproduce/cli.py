@@ -58,7 +58,7 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def dry_run(cells, runs, configs, manifest, measure: bool) -> None:
+def print_plan(cells, runs, configs, manifest, measure: bool) -> None:
     """Print every selected cell (not runnable ones with the reason, runnable ones lacking their data or weights
     on this machine with what is missing): its command, its runs' status, estimate."""
     rates, total, by_cell, lacking = {}, 0.0, {}, 0
@@ -147,7 +147,7 @@ def report(cells, out: Path, title: str, quick_records: Optional[dict] = None, s
     print(f"-> {paths[0]}, {paths[1]}")
 
 
-def run(args) -> int:
+def run_reproduce(args) -> int:
     """The command after parsing (see the module docstring); raises NorgaError/ConfigError for unusable input."""
     if args.readme is not None and not args.report:
         raise ManifestError("--readme goes with --report (the README's table is filled from finished runs)")
@@ -180,7 +180,7 @@ def run(args) -> int:
             from ..commands.environment import check_environment
 
             check_environment()
-        dry_run(cells, runs, configs, manifest, measure=not args.no_estimate)
+        print_plan(cells, runs, configs, manifest, measure=not args.no_estimate)
         return 0
     from ..commands.environment import check_environment
 
@@ -191,7 +191,7 @@ def run(args) -> int:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of ``norga reproduce`` (``norga.commands.cli`` wraps it: one ``error:`` line and exit 2 for unusable
     input, Ctrl-C with a resume hint)."""
-    return run(parser().parse_args(list(argv or [])))
+    return run_reproduce(parser().parse_args(list(argv or [])))
 
 
 if __name__ == "__main__":
