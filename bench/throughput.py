@@ -45,7 +45,6 @@ from norga.reproduce.estimate import backbone_passes, median_seconds  # the pass
 from norga.toolkit.devices import resolve_device
 
 REPO = Path(__file__).resolve().parents[1]
-from norga.models.gates import resolve_gate_spec  # noqa: E402
 from norga.models.compilation import compile_mode  # noqa: E402
 from norga.models.precision import amp_mode  # noqa: E402
 
@@ -66,7 +65,7 @@ def build_model(cfg, device: torch.device):
     prefix = prefix_settings(cfg)
     depth = len(vit.blocks)
     layers = [i for i in prefix["prompt_layers"] if i < depth] or [0]
-    spec = resolve_gate_spec(prefix["gate"])
+    spec = dict(prefix["gate"])  # PromptedViT checks the name and options
     model = PromptedViT(vit, prompt_layers=layers, gate=spec.pop("name"), **spec)
     model.freeze_backbone()
     pool = PromptPool(4, len(layers), max(int(prefix["prompt_length"]), 1), model.num_heads, model.head_dim)

@@ -49,7 +49,7 @@ MUTANTS = (
            "feats = prompted_features(self.model, x, index, torch.full_like(tasks, task), self.task_prompts, cache, "
            "task, n)",
            ("tests/test_wiring.py",)),
-    Mutant("gates_train_after_task_0", "norga/models/gates.py", "        return task == 0\n",
+    Mutant("gates_train_after_task_0", "norga/gates/modules.py", "        return task == 0\n",
            "        return True\n",
            ("tests/test_pipeline.py::test_gates_train_on_task_one_then_freeze_and_old_prompts_never_change",)),
     Mutant("no_prompt_writeback", "norga/methods/hideprompt.py", "if w.prompt_writeback:", "if False:",

@@ -7,6 +7,7 @@ import pytest
 
 from norga.config import ConfigError, load_config, method_configs
 
+NORGA_DEFAULTS = {"name": "norga", "activation": "tanh", "alpha_init": 1.0, "tau_init": 1.0}
 CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.yaml"))
 # every registered method with shipped benchmark configs beside HiDe-Prompt's (the registry decides, not a list)
 BASELINES = sorted(m for m in method_configs() if m not in ("hideprompt", "norga")
@@ -30,7 +31,7 @@ def test_shipped_benchmark_configs_follow_the_reference():
     cifar = load_config(CONFIGS[0].parent / "cifar100_norga.yaml")
     w = cifar.method.wtp
     assert (w.epochs, w.lr, w.schedule, w.milestones) == (50, 0.03, "step", [30])
-    assert (cifar.method.gate, cifar.method.prompt_length) == ({"name": "norga", "activation": "sigmoid"}, 5)
+    assert (cifar.method.gate, cifar.method.prompt_length) == ({**NORGA_DEFAULTS, "activation": "sigmoid"}, 5)
     assert (cifar.method.tap.lr, cifar.method.tap.epochs, cifar.method.tii.align_epochs) == (0.05, 80, 30)
     hide = load_config(CONFIGS[0].parent / "cifar100_hideprompt.yaml")
     h = hide.method
@@ -96,12 +97,13 @@ def test_method_name_selects_the_section_and_unknown_methods_are_named():
         load_config(None, ["method.name=l2p_typo"])
     with pytest.raises(ConfigError, match="method.gate: needs a gate name"):
         load_config(None, ["method.gate={activation: tanh, name: 3}"])
-    assert load_config(None, ["method.gate={activation: gelu}"]).method.gate == {"name": "norga", "activation": "gelu"}
+    # the section is resolved when the config loads: every option's value, the name the method's default
+    assert load_config(None, ["method.gate={activation: gelu}"]).method.gate == {**NORGA_DEFAULTS, "activation": "gelu"}
 
 
 def test_hideprompt_is_the_linear_gate_and_norga_the_same_pipeline_with_a_gate():
     hide, norga = load_config(None, ["method.name=hideprompt"]), load_config(None, ["method.name=norga"])
-    assert hide.method.gate == {"name": "linear"} and norga.method.gate == {"name": "norga", "activation": "tanh"}
+    assert hide.method.gate == {"name": "linear"} and norga.method.gate == NORGA_DEFAULTS
     assert issubclass(type(norga.method), type(hide.method))  # every hideprompt option applies to norga
     with pytest.raises(ConfigError, match=r"^method.gate.name: 'norga' under method.name: hideprompt.*set "
                                           r"method.name: norga"):

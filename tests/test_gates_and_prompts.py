@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from norga.models import GATES, PromptPool, build_gate
-from norga.config.gate_options import GATE_OPTIONS
-from norga.models.gates import Gate, register_gate
+from norga.gates.schema import GATE_OPTIONS
+from norga.gates.modules import Gate, register_gate
 
 
 def test_registry_holds_linear_and_norga():
@@ -24,7 +24,7 @@ def test_registry_holds_linear_and_norga():
 
 
 def test_gates_own_their_policy_and_report():
-    from norga.models.gates import resolve_gate_spec
+    from norga.gates.schema import resolve_gate_spec
 
     norga, linear = build_gate("norga", activation="gelu", alpha_init=0.5), build_gate("linear")
     assert [norga.trains_on(t) for t in range(3)] == [True, False, False]  # alpha, tau: the first task only

@@ -22,6 +22,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "norga"
 LAYERS: List[List[str]] = [
     ["norga", "norga._version", "norga.errors", "norga.registry", "norga.files", "norga.config"],  # foundation
     ["norga.data"],
+    ["norga.gates"],  # the prefix gates: option schema and config section (torch-free), modules, registry
     ["norga.models"],
     ["norga.toolkit"],  # what methods are built from
     ["norga.methods"],

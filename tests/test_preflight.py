@@ -14,7 +14,7 @@ from PIL import Image
 from faults import ENV, REPO, SMOKE, assert_one_line_error, error_lines
 from norga.commands.cli import main as norga
 from norga.config import ConfigError, load_config
-from norga.config.gate_options import ACTIVATION_NAMES, GATE_OPTIONS
+from norga.gates.schema import ACTIVATION_NAMES, GATE_OPTIONS
 from norga.config.loading import parse_yaml
 
 
@@ -38,7 +38,7 @@ def test_gate_mistakes_are_reported_before_torch_is_imported():
 
 
 def test_every_gate_has_its_options_registered_torch_free():
-    from norga.models.gates import ACTIVATIONS, GATES
+    from norga.gates.modules import ACTIVATIONS, GATES
 
     assert {"linear", "norga", "norga_headwise"} <= set(GATES) and set(GATES) <= set(GATE_OPTIONS)
     assert all(GATES[name].Options is GATE_OPTIONS[name] for name in GATES)

@@ -77,7 +77,7 @@ def test_every_docs_page_is_in_the_site_navigation():
 def test_the_generated_config_reference_covers_every_key_with_help():
     from norga.config import Config, method_configs
     from norga.commands.config_reference import reference, rows
-    from norga.models.gates import GATES
+    from norga.gates.modules import GATES
 
     text = reference()
     for name, cls in method_configs().items():

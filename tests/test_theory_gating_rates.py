@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from norga.models.gates import LinearGate, NoRGaGate
+from norga.gates.modules import LinearGate, NoRGaGate
 from norga.theory.gating_rates.experiments import GATE_NAMES, METRICS, PARTS, Config, Suite, main, run, simulate_one_n
 from norga.theory.gating_rates.fit import (default_box, fit_lm, init_atoms, split_moves, to_free,
                                            to_theta)

@@ -196,7 +196,7 @@ def registry_lines() -> List[str]:
     from ..data import BENCHMARKS
     from ..methods import METHOD_CONFIGS
     from ..methods.hideprompt_config import StatsConfig
-    from ..models import GATES
+    from ..gates.modules import GATES
     from ..models.backbone import BACKBONE_PRESETS
 
     def options(cls) -> str:

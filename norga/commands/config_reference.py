@@ -2,7 +2,7 @@
 
 Every key of the run config (:class:`norga.config.Config`), of every registered method section
 (:func:`norga.config.method_configs`) and of every registered gate's options
-(:data:`norga.models.gates.GATES`) becomes one table row: key, type, default, allowed values or bounds
+(:data:`norga.gates.modules.GATES`) becomes one table row: key, type, default, allowed values or bounds
 (the field's validation metadata) and help. Help is the field's ``help`` metadata if it has one, else
 the comment on the field's line, else the comment lines right above the field.
 
@@ -19,7 +19,7 @@ import tokenize
 from typing import Dict, Iterator, List, Tuple
 
 from ..config import DEFAULT_METHOD, Config, method_configs
-from ..models.gates import GATES
+from ..gates.modules import GATES
 
 Row = Tuple[str, str, str, str, str]  # key, type, default, allowed, help
 

@@ -21,7 +21,6 @@ draw from :func:`norga.toolkit.seeding.task_generator`. Register an implementati
 """
 from __future__ import annotations
 
-import dataclasses
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -30,7 +29,7 @@ import torch
 from torch import Tensor, nn
 
 from ..config import ConfigError
-from ..models.gates import GateFactory, resolve_gate_spec
+from ..gates.modules import GateFactory
 from ..models.lora_qkv import attach_lora_qkv
 from ..models.prompted_vit import PromptedViT
 from ..toolkit.feature_cache import FeatureCache, frozen_features
@@ -95,7 +94,7 @@ class Method(ABC):
     @classmethod
     def resolve_config(cls, method_cfg):
         """The method's config section with defaults the torch-free config layer cannot know filled in
-        (e.g. a gate's options); what ``config.yaml`` stores. Default: unchanged."""
+        (known only once the method's module is imported); what ``config.yaml`` stores. Default: unchanged."""
         return method_cfg
 
     @property
@@ -214,16 +213,13 @@ def scaled_lr(lr: float, batch_size: int, scale: bool) -> float:
 
 class PrefixMethod(Method):
     """A method whose prompts are prefixes through a registered gate: its config has ``gate: {name, options}``,
-    stored in ``config.yaml`` with every option's value (defaults filled in). The spec is resolved once into
-    :attr:`gate` (a :class:`~norga.models.gates.GateFactory`), which every prompted block receives."""
+    checked and resolved (every option's value filled in) when the config was read
+    (:func:`norga.gates.schema.gate_section`), so ``config.yaml`` stores every value. The spec becomes
+    :attr:`gate` (a :class:`~norga.gates.modules.GateFactory`) once, which every prompted block receives."""
 
     def __init__(self, vit: nn.Module, task_classes: Sequence[Sequence[int]], cfg, device: torch.device):
         super().__init__(vit, task_classes, cfg, device)
         self.gate = GateFactory(cfg.method.gate)
-
-    @classmethod
-    def resolve_config(cls, method_cfg):
-        return dataclasses.replace(method_cfg, gate=resolve_gate_spec(method_cfg.gate))
 
     def gated_prefix_model(self, vit: nn.Module, prompt_layers: Sequence[int]) -> PromptedViT:
         """The frozen backbone as a PromptedViT with prefix attention through :attr:`gate` on blocks

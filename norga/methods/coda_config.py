@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
 from ..config import ConfigError, MethodConfig, _f, method_config
-from .gate_section import gate_section
+from ..gates.schema import gate_section
 
 
 @method_config("coda", module="norga.methods.coda")

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 from ..config import ConfigError, MethodConfig, _f, method_config
-from .gate_section import gate_section
+from ..gates.schema import gate_section
 
 
 @dataclass
@@ -88,7 +88,7 @@ class HiDePromptConfig(MethodConfig):
     """HiDe-Prompt (WTP, TII, TAP): prefix tuning with the linear gate (NoRGa is ``method.name: norga``).
 
     ``gate`` is ``{name: <registered gate>, <that gate's options>}``;
-    its options are checked against the gate's own ``Options`` when the run is built (``norga list`` shows them)."""
+    its options are checked against the gate's ``Options`` when the config is read (``norga list`` shows them)."""
 
     name: str = _f("hideprompt")
     prompt_layers: List[int] = _f([0, 1, 2, 3, 4])  # blocks that get prefix prompts
@@ -149,4 +149,4 @@ class NoRGaConfig(HiDePromptConfig):
         return dict(NORGA_GATE)
 
     def check_gate(self) -> None:
-        """Any registered gate (its name and options are checked against the registry when the run is built)."""
+        """Any registered gate (its name and options were checked when the section was read: norga.gates.schema)."""

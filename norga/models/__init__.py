@@ -1,5 +1,5 @@
 """Backbones, prefix attention, gates, prompt inputs and prompt pools."""
-from .gates import ACTIVATIONS, GATES, Gate, build_gate, register_gate
+from ..gates.modules import ACTIVATIONS, GATES, Gate, build_gate, register_gate
 from .prefix_attention import PrefixAttention, explicit_prefix_attention, fast_prefix_attention
 from .prompt_inputs import POOLS, PromptInput
 from .prompted_vit import DEFAULT_PROMPT_LAYERS, PromptedViT

@@ -42,7 +42,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .gates import Gate, LinearGate
+from ..gates.modules import Gate, LinearGate
 
 ATTENTION_PATHS = ("fast", "explicit")
 

@@ -24,7 +24,7 @@ from torch import Tensor, nn
 
 from ..config import ConfigError
 from . import blockwise
-from .gates import Gate, GateFactory
+from ..gates.modules import Gate, GateFactory
 from .compilation import backbone_function
 from .precision import backbone_autocast
 from .prefix_attention import PrefixAttention
@@ -41,7 +41,7 @@ class PromptedViT(nn.Module):
     Args:
         vit: a timm ``VisionTransformer`` (any size / patch / image size).
         prompt_layers: indices of blocks that receive prefixes.
-        gate: a :class:`~norga.models.gates.GateFactory` (resolved once, called once per prompted block with
+        gate: a :class:`~norga.gates.modules.GateFactory` (resolved once, called once per prompted block with
             its head count), or a gate registry name (``"linear"``, ``"norga"``, ...) with ``gate_options``.
         path: ``"fast"`` (SDPA) or ``"explicit"`` (reference math).
         **gate_options: with a gate name, e.g. ``activation="tanh"`` for NoRGa.
@@ -71,7 +71,7 @@ class PromptedViT(nn.Module):
         self.vit = vit
         self.prompt_layers = layers
         if not isinstance(gate, GateFactory):
-            gate = GateFactory({"name": gate, **gate_options})
+            gate = GateFactory.from_options(gate, **gate_options)
         elif gate_options:
             raise TypeError(f"gate options {sorted(gate_options)} given beside a GateFactory: put them in its spec")
         self.gate_name = gate.name

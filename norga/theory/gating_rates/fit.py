@@ -16,7 +16,7 @@ from typing import Tuple
 import torch
 from torch import Tensor
 
-from norga.models.gates import Gate
+from norga.gates.modules import Gate
 from norga.theory.gating_rates.model import TruthSpec, regression_fn, regression_jacobian
 
 CHUNK_ELEMENTS = 3_000_000  # doubles per (B, chunk, K*Q) Jacobian block

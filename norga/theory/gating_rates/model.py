@@ -9,7 +9,7 @@ with ``K`` prefix atoms is
 
 with expert activation ``phi`` = GELU (default), ``z -> z^p`` (``expert="poly"``),
 ReLU (``"relu"``) or the identity (``"affine"``, experts ``a^T X + b``),
-where ``gate`` is the package's own gate object (``norga.models.gates``): the
+where ``gate`` is the package's own gate object (``norga.gates.modules``): the
 identity for ``linear`` (eq. 21) and ``s + alpha*act(tau*s)`` for ``norga`` (eq. 14).
 The N pre-trained experts (``B0, c0, eta0``) are known and only enter through
 the two per-sample sums ``P0 = sum_j exp(.)`` and ``Q0 = sum_j exp(.) h(X, eta0_j)``.
@@ -28,7 +28,7 @@ from torch import Tensor
 
 import torch.nn.functional as F
 
-from norga.models.gates import Gate, build_gate
+from norga.gates.modules import Gate, build_gate
 
 GATE_NAMES = ("linear", "tanh", "sigmoid", "gelu")
 

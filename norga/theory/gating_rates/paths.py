@@ -32,7 +32,7 @@ import torch
 from scipy.stats import qmc
 from torch import Tensor
 
-from norga.models.gates import Gate
+from norga.gates.modules import Gate
 from norga.theory.gating_rates.model import TruthSpec, pretrained_sums, regression_fn
 
 PATH_NAMES = ("thm_a1", "rescale", "beta_split", "pde")

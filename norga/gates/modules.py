@@ -9,17 +9,21 @@ key to its gated score. Image-token scores never pass through a gate.
   learnable scalars ``alpha`` and ``tau`` (one pair per prompted layer).
 * ``norga_headwise`` — the same with ``alpha`` and ``tau`` per attention head (MH-MoE's head-wise idea).
 
-Gates are looked up by name in :data:`GATES`; a new gate is one small class
-decorated with :func:`register_gate`, and it owns everything about itself:
+Gates are looked up by name in :data:`GATES` (as timm's ``layers`` look up activations and attention layers
+by name); a new gate is one small class decorated with :func:`register_gate`, and it owns everything about
+itself:
 
 * :meth:`Gate.extra` — the *additive* term it puts on top of the linear score
   (the fast attention path folds exactly this term into scaled-dot-product attention);
 * ``Options`` — a dataclass of its config options (``method.gate: {name: ..., <options>}``),
-  registered torch-free under the gate's name in :mod:`norga.config.gate_options` (so a config is checked
-  before torch loads), errors naming ``method.gate.<key>``;
+  registered torch-free under the gate's name in :mod:`norga.gates.schema`, which checks a config's gate
+  section once, when the config is read (before torch loads), errors naming ``method.gate.<key>``;
 * :meth:`Gate.trains_on` — on which tasks its parameters train (NoRGa: the first only);
 * :meth:`Gate.report` — the values it reports per layer (NoRGa: alpha, tau) for
   ``metrics.json`` and the epoch log.
+
+A run resolves its config's gate section (already checked) once into a :class:`GateFactory`; the prompted
+blocks receive the factory and call it with their head count (timm's ``attn_layer`` pattern).
 """
 from __future__ import annotations
 
@@ -29,9 +33,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..config import ConfigError
-from ..config.gate_options import GATE_OPTIONS, NoOptions, NoRGaOptions, validate_gate
 from ..registry import registrar
+from .schema import GATE_OPTIONS, NoOptions, NoRGaOptions, resolve_gate_spec
 
 ACTIVATIONS: Dict[str, Callable[[Tensor], Tensor]] = {
     "tanh": torch.tanh,
@@ -47,7 +50,7 @@ _register_class = registrar(GATES, "gate", set_name=True)
 
 def register_gate(name: str):
     """Class decorator adding a gate to :data:`GATES` under ``name`` (sets ``cls.name``). Its ``Options`` join the
-    torch-free :data:`norga.config.gate_options.GATE_OPTIONS` (the built-in gates' are registered there already, so
+    torch-free :data:`norga.gates.schema.GATE_OPTIONS` (the built-in gates' are registered there already, so
     their configs are checked before torch loads; a gate added elsewhere is checked once its module is imported)."""
     def wrap(cls):
         cls = _register_class(name)(cls)
@@ -55,7 +58,7 @@ def register_gate(name: str):
         if known is not cls.Options:
             GATES.pop(name)
             raise ValueError(f"gate {name!r}: its Options class differs from the one registered for it in "
-                             "norga.config.gate_options")
+                             "norga.gates.schema")
         return cls
 
     return wrap
@@ -120,9 +123,6 @@ class NoRGaGate(Gate):
 
     def __init__(self, activation: str = "tanh", alpha_init: float = 1.0, tau_init: float = 1.0):
         super().__init__()
-        if activation not in ACTIVATIONS:
-            raise ConfigError(f"method.gate.activation: unknown NoRGa activation {activation!r}; choose one of "
-                              f"{sorted(ACTIVATIONS)}")
         self.activation = activation
         self.act = ACTIVATIONS[activation]
         self.alpha = nn.Parameter(torch.tensor(float(alpha_init)))
@@ -166,27 +166,27 @@ class HeadwiseNoRGaGate(NoRGaGate):
         return f"activation={self.activation}, heads={len(self.alpha)}"
 
 
-def resolve_gate_spec(spec: Mapping[str, Any], key: str = "method.gate") -> Dict[str, Any]:
-    """``{name: ..., options...}`` -> the same with every option's value (defaults filled in), validated; a gate
-    whose options are registered (torch-free) but whose module is not is a bug, named here."""
-    resolved = validate_gate(spec, key)
-    if resolved["name"] not in GATES:
-        raise RuntimeError(f"gate {resolved['name']!r} has registered options but no registered gate class")
-    return resolved
-
-
 class GateFactory:
-    """A gate spec resolved once (validated, every option's value filled in) that builds one gate per block.
+    """A resolved gate spec (``{name, every option's value}``, checked by :func:`norga.gates.schema.gate_section`
+    when the config was read, or by :meth:`from_options`) that builds one gate per block.
 
     Blocks receive the factory, not a name and options (as timm resolves ``attn_layer`` once and passes the
     class down): ``factory(num_heads)`` -> a new :class:`Gate`; ``factory.spec`` = ``{name, options...}``.
     """
 
-    def __init__(self, spec: Mapping[str, Any], key: str = "method.gate"):
-        self.spec: Dict[str, Any] = resolve_gate_spec(spec, key)
+    def __init__(self, spec: Mapping[str, Any]):
+        self.spec: Dict[str, Any] = dict(spec)
         self.name: str = self.spec["name"]
+        if self.name not in GATES:  # options registered (torch-free) but no class: a bug of the gate's module
+            raise RuntimeError(f"gate {self.name!r} has registered options but no registered gate class")
         self.gate_class = GATES[self.name]
         self.options = {k: v for k, v in self.spec.items() if k != "name"}
+
+    @classmethod
+    def from_options(cls, name: str, **options) -> "GateFactory":
+        """The factory of gate ``name`` with ``options`` given in Python (not from a config): checked here, by
+        :func:`norga.gates.schema.resolve_gate_spec`; errors are :class:`norga.config.ConfigError`."""
+        return cls(resolve_gate_spec({"name": name, **options}))
 
     def __call__(self, num_heads: Optional[int] = None) -> Gate:
         if getattr(self.gate_class, "per_head", False):
@@ -205,4 +205,4 @@ def build_gate(name: str, num_heads: Optional[int] = None, **options) -> Gate:
 
     An unknown name or option raises :class:`norga.config.ConfigError` (a ValueError) naming the config key.
     """
-    return GateFactory({"name": name, **options})(num_heads)
+    return GateFactory.from_options(name, **options)(num_heads)
