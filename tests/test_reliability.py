@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import errno
 import json
-import shutil
 import signal
 import subprocess
 import sys
@@ -16,20 +15,19 @@ from pathlib import Path
 
 import pytest
 
-from faults import ENV, REPO, assert_one_line_error, assert_same_metrics, comparable, train_args, train_with_fault
+from faults import (ENV, REPO, assert_one_line_error, assert_same_metrics, comparable, copy_run, train_args,
+                    train_with_fault)
 from norga.commands.cli import main as norga
 from norga.errors import DIVERGED_EXIT
 
 pytestmark = pytest.mark.integration  # trains whole runs: outside the fast loop (-m "not slow and not integration")
 
 
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory) -> Path:
-    """An uninterrupted tiny run, the yardstick for every resumed run (in this process: killed runs are
-    resumed here too, so 'identical' also covers training split across processes)."""
-    out = tmp_path_factory.mktemp("ref") / "run"
-    assert norga(["train", *train_args(out)]) == 0
-    return out
+@pytest.fixture
+def reference(tiny_run) -> Path:
+    """An uninterrupted tiny run, the yardstick for every resumed run (conftest's ``tiny_run``, trained in this
+    process: killed runs are resumed here too, so 'identical' also covers training split across processes)."""
+    return tiny_run
 
 
 def metrics_of(run: Path) -> dict:
@@ -41,15 +39,6 @@ def cli(capsys, *argv: str):
     status = norga(list(argv))
     captured = capsys.readouterr()
     return status, captured.out, captured.err
-
-
-def copy_run(source: Path, dest: Path, tasks: int) -> Path:
-    """A copy of ``source`` keeping only the checkpoints of the first ``tasks`` tasks."""
-    shutil.copytree(source, dest)
-    for path in (dest / "checkpoints").iterdir():
-        if int(path.name[5:7]) >= tasks:
-            path.unlink()
-    return dest
 
 
 # ---- state lost or corrupted --------------------------------------------------------------
@@ -148,7 +137,7 @@ def test_checkpoints_of_an_older_norga_are_refused_not_overwritten(reference, tm
 
 # ---- kills and Ctrl-C -------------------------------------------------------------------------
 def test_kill_between_checkpoint_and_checksum_then_resume_is_identical(reference, tmp_path):
-    out = tmp_path / "run"
+    out = copy_run(reference, tmp_path / "run", 1)  # task 0 done: the killed process trains task 1 only
     killed = train_with_fault(out, "write:task_01.pt:after")
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     assert (out / "checkpoints" / "task_01.pt").is_file() and not (out / "checkpoints" / "task_01.pt.sha256").exists()
