@@ -75,20 +75,23 @@ def copy_run(source: Path, dest: Path, tasks: int) -> Path:
 
 
 def assert_kill_then_resume_matches(args_of, spec: str, tmp: Path, reference: Optional[Path] = None) -> None:
-    """A run killed by fault ``spec`` and resumed ends with the uninterrupted run's metrics (``args_of(out)``);
-    ``reference``: that uninterrupted run's folder when a fixture trained it already (else it is trained here)."""
+    """A run killed in its last task by fault ``spec`` and resumed ends with the uninterrupted run's metrics
+    (``args_of(out)``: its train.py arguments). ``reference``: the uninterrupted run's folder when a fixture trained
+    it already (else it is trained here). The killed process resumes a copy of the reference's earlier tasks and
+    trains the last task only, so ``spec`` counts that task's loops (``bar:evaluation:1`` is its evaluation)."""
     import json
 
     from norga.commands.cli import main as norga
     from norga.engine.run_folder import RunDir
 
-    out = tmp / "run"
     if reference is None:
         reference = tmp / "ref"
         assert norga(["train", *args_of(reference)]) == 0
+    last = RunDir(reference).scan().done - 1
+    out = copy_run(reference, tmp / "run", last)
     killed = train_with_fault(out, spec, args=args_of(out))
     assert killed.returncode == -9, killed.stderr[-2000:]
-    assert RunDir(out).scan().done <= 1
+    assert RunDir(out).scan().done == last, "the fault fired outside the last task"
     assert norga(["train", *args_of(out)]) == 0
     final, ref = (json.loads((p / "metrics.json").read_text()) for p in (out, reference))
     assert_same_metrics(final, ref)

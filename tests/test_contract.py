@@ -94,7 +94,7 @@ def test_a_run_killed_in_its_evaluation_resumes_to_the_uninterrupted_metrics(met
     name, _, reference, _ = method_run  # the uninterrupted run: this module's smoke run of the method
     config = smoke_config(name)
     assert_kill_then_resume_matches(lambda out: ["--config", str(config), "--output-dir", str(out)],
-                                    "bar:evaluation:2", tmp_path, reference)
+                                    "bar:evaluation:1", tmp_path, reference)
 
 
 CONFIGS = sorted(p for p in (REPO_ROOT / "configs").rglob("*.yaml")  # regime: a list; reproduce/: manifests

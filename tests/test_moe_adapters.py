@@ -208,7 +208,7 @@ def mh_reference(tmp_path_factory):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("spec", ["bar:moe:2", "bar:align:2"])
+@pytest.mark.parametrize("spec", ["bar:moe:1", "bar:align:1"])
 def test_kill_and_resume_gives_the_uninterrupted_metrics(spec, mh_reference, tmp_path):
     assert_kill_then_resume_matches(lambda out: tiny_method_args(out, MH), spec, tmp_path, mh_reference)
 
