@@ -137,24 +137,24 @@ def test_checkpoints_of_an_older_norga_are_refused_not_overwritten(reference, tm
 
 # ---- kills and Ctrl-C -------------------------------------------------------------------------
 def test_kill_between_checkpoint_and_checksum_then_resume_is_identical(reference, tmp_path):
-    out = copy_run(reference, tmp_path / "run", 1)  # task 0 done: the killed process trains task 1 only
-    killed = train_with_fault(out, "write:task_01.pt:after")
+    out = copy_run(reference, tmp_path / "run", 2)  # tasks 0-1 done: the killed process trains task 2 only
+    killed = train_with_fault(out, "write:task_02.pt:after")
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
-    assert (out / "checkpoints" / "task_01.pt").is_file() and not (out / "checkpoints" / "task_01.pt.sha256").exists()
-    assert metrics_of(out)["completed_tasks"] == 1  # metrics never describe an unverified task
+    assert (out / "checkpoints" / "task_02.pt").is_file() and not (out / "checkpoints" / "task_02.pt.sha256").exists()
+    assert metrics_of(out)["completed_tasks"] == 2  # metrics never describe an unverified task
     assert norga(["train", *train_args(out)]) == 0
     assert "has no checksum file: its write was interrupted" in (out / "log.txt").read_text()
     assert_same_metrics(metrics_of(out), metrics_of(reference))
 
 
 def test_ctrl_c_stops_with_one_line_and_resumes_identically(reference, tmp_path):
-    out = tmp_path / "run"
-    stopped_run = train_with_fault(out, "write:task_00.pt.sha256:sigint")  # Ctrl-C right after task 0 is saved
+    out = copy_run(reference, tmp_path / "run", 1)  # task 0 done: the interrupted process trains task 1
+    stopped_run = train_with_fault(out, "write:task_01.pt.sha256:sigint")  # Ctrl-C right after task 1 is saved
     assert_one_line_error(stopped_run.returncode, stopped_run.stderr, "interrupted;",
                           "run the same command again to resume", status=130)
     assert not (out / ".lock").exists()
     done = rundir_done(out)
-    assert done == 1
+    assert done == 2
     assert f"interrupted (Ctrl-C or SIGTERM) during task {done}" in (out / "log.txt").read_text()
     stopped = metrics_of(out)  # written at the interrupt: the saved tasks only, marked interrupted
     assert stopped["status"] == "interrupted" and stopped["completed_tasks"] == done == stopped["stopped"]["task"]
