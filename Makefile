@@ -15,11 +15,10 @@ $(BIN)/norga: setup.cfg pyproject.toml
 demo: $(BIN)/norga  ## the main job on the embedded default: the smoke config (tiny ViT, synthetic data, 3 tasks)
 	$(BIN)/norga train --config configs/smoke.yaml --output-dir runs/smoke
 
-test: $(BIN)/norga  ## what CI runs (.ci/run): the default suite, then the slow tests (fault matrices, smoke figures)
-	$(BIN)/python -m pytest -q
-	$(BIN)/python -m pytest -q -m slow
+test: $(BIN)/norga  ## what CI runs (.ci/run): every test, fault matrices included, one pytest-xdist worker per core
+	$(BIN)/python -m pytest -q -n auto --dist loadscope
 
-fast: $(BIN)/norga  ## the fast loop while editing (no full training runs)
+fast: $(BIN)/norga  ## the fast loop while editing (no training runs, no killed processes)
 	$(BIN)/python -m pytest -q -m "not slow and not integration"
 
 docs: $(BIN)/norga  ## the docs site, strictly (broken links fail), into site/

@@ -1,11 +1,15 @@
-"""Shared fixtures: tiny timm ViTs and the optional ../shared folder."""
+"""Shared fixtures: tiny timm ViTs, the tiny fault-injection run (trained once per session) and ../shared."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 import timm
 import torch
+
+if os.environ.get("PYTEST_XDIST_WORKER"):  # pytest -n N: one worker per core, each with one torch thread
+    torch.set_num_threads(1)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED = REPO_ROOT.parent / "shared"
@@ -40,6 +44,19 @@ def adapted_by_hand(vit, x, adapters, scale: float = 0.1):
         side = torch.relu(h @ a["down.weight"].T + a["down.bias"]) @ a["up.weight"].T + a["up.bias"]
         tokens = h + b.mlp(b.norm2(h)) + scale * side
     return vit.norm(tokens)[:, 0]
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory) -> Path:
+    """The uninterrupted tiny run of tests/faults.py (``train_args``), trained in this process once per session
+    (per worker under pytest-xdist): the yardstick of the fault tests. Read it, never write to it (copy it:
+    ``faults.copy_run``)."""
+    from faults import train_args
+    from norga.commands.cli import main as norga
+
+    out = tmp_path_factory.mktemp("tiny_run") / "run"
+    assert norga(["train", *train_args(out)]) == 0
+    return out
 
 
 @pytest.fixture

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -29,7 +30,9 @@ from typing import List, Optional
 
 REPO = Path(__file__).resolve().parents[1]
 SMOKE = REPO / "configs" / "smoke.yaml"  # = conftest.SMOKE (faults also runs as a script, without conftest)
-ENV = {**os.environ, "OMP_NUM_THREADS": "2", "PYTHONPATH": str(REPO)}
+# a training process's threads: 2 alone, 1 under pytest-xdist (one worker per core; more threads only contend)
+THREADS = "1" if os.environ.get("PYTEST_XDIST_WORKER") else "2"
+ENV = {**os.environ, "OMP_NUM_THREADS": THREADS, "PYTHONPATH": str(REPO)}
 
 # configs/smoke.yaml shrunk to 3 tasks x 2 classes and a few epochs: every stage runs, ~5 s of training
 TINY = ["--set", "data.options={num_classes: 6, train_per_class: 12, test_per_class: 6}",
@@ -61,18 +64,34 @@ def tiny_method_args(out: Path, method: str) -> List[str]:
             "--set", "data.options={num_classes: 6, train_per_class: 12, test_per_class: 6}", "--set", method]
 
 
-def assert_kill_then_resume_matches(args_of, spec: str, tmp: Path) -> None:
-    """A run killed by fault ``spec`` and resumed ends with the uninterrupted run's metrics (``args_of(out)``)."""
+def copy_run(source: Path, dest: Path, tasks: int) -> Path:
+    """A copy of the run folder ``source`` keeping only the checkpoints of its first ``tasks`` tasks (a run that
+    resumes there rewrites metrics.json from them first)."""
+    shutil.copytree(source, dest)
+    for path in (dest / "checkpoints").iterdir():
+        if int(path.name[5:7]) >= tasks:
+            path.unlink()
+    return dest
+
+
+def assert_kill_then_resume_matches(args_of, spec: str, tmp: Path, reference: Optional[Path] = None) -> None:
+    """A run killed in its last task by fault ``spec`` and resumed ends with the uninterrupted run's metrics
+    (``args_of(out)``: its train.py arguments). ``reference``: the uninterrupted run's folder when a fixture trained
+    it already (else it is trained here). The killed process resumes a copy of the reference's earlier tasks and
+    trains the last task only, so ``spec`` counts that task's loops (``bar:evaluation:1`` is its evaluation)."""
     import json
 
     from norga.commands.cli import main as norga
     from norga.engine.run_folder import RunDir
 
-    reference, out = tmp / "ref", tmp / "run"
-    assert norga(["train", *args_of(reference)]) == 0
+    if reference is None:
+        reference = tmp / "ref"
+        assert norga(["train", *args_of(reference)]) == 0
+    last = RunDir(reference).scan().done - 1
+    out = copy_run(reference, tmp / "run", last)
     killed = train_with_fault(out, spec, args=args_of(out))
     assert killed.returncode == -9, killed.stderr[-2000:]
-    assert RunDir(out).scan().done <= 1
+    assert RunDir(out).scan().done == last, "the fault fired outside the last task"
     assert norga(["train", *args_of(out)]) == 0
     final, ref = (json.loads((p / "metrics.json").read_text()) for p in (out, reference))
     assert_same_metrics(final, ref)

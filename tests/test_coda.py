@@ -122,6 +122,6 @@ def test_the_orthogonality_penalty_is_a_logged_loss_term(coda_run):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("spec", ["bar:coda:2"])  # evaluation kills: tests/test_contract.py
-def test_kill_and_resume_gives_the_uninterrupted_metrics(spec, tmp_path):
-    assert_kill_then_resume_matches(tiny_args, spec, tmp_path)
+@pytest.mark.parametrize("spec", ["bar:coda:1"])  # evaluation kills: tests/test_contract.py
+def test_kill_and_resume_gives_the_uninterrupted_metrics(spec, coda_run, tmp_path):
+    assert_kill_then_resume_matches(tiny_args, spec, tmp_path, reference=coda_run[1])  # the module's run

@@ -35,7 +35,7 @@ def smoke_config(method: str) -> Path:
 
 @pytest.fixture(scope="module", params=METHODS)
 def method_run(request, tmp_path_factory):
-    """(name, cfg, run folder, metrics) of the method's smoke run, trained once per test session."""
+    """(name, cfg, run folder, metrics) of the method's smoke run, trained once per test session; read only."""
     cfg = load_config(smoke_config(request.param))
     out = tmp_path_factory.mktemp("contract") / request.param
     return request.param, cfg, out, run_training(cfg, out)
@@ -90,11 +90,11 @@ def test_evaluation_from_checkpoints_is_identical(method_run):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method", METHODS)
-def test_a_run_killed_in_its_evaluation_resumes_to_the_uninterrupted_metrics(method, tmp_path):
-    config = smoke_config(method)
+def test_a_run_killed_in_its_evaluation_resumes_to_the_uninterrupted_metrics(method_run, tmp_path):
+    name, _, reference, _ = method_run  # the uninterrupted run: this module's smoke run of the method
+    config = smoke_config(name)
     assert_kill_then_resume_matches(lambda out: ["--config", str(config), "--output-dir", str(out)],
-                                    "bar:evaluation:2", tmp_path)
+                                    "bar:evaluation:1", tmp_path, reference)
 
 
 CONFIGS = sorted(p for p in (REPO_ROOT / "configs").rglob("*.yaml")  # regime: a list; reproduce/: manifests

@@ -102,6 +102,6 @@ def test_predictions_are_per_sample_and_the_true_task_uses_its_own_e_prompt(dual
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("spec", ["bar:dualprompt:2"])  # evaluation kills: tests/test_contract.py
-def test_kill_and_resume_gives_the_uninterrupted_metrics(spec, tmp_path):
-    assert_kill_then_resume_matches(tiny_args, spec, tmp_path)
+@pytest.mark.parametrize("spec", ["bar:dualprompt:1"])  # evaluation kills: tests/test_contract.py
+def test_kill_and_resume_gives_the_uninterrupted_metrics(spec, dual_run, tmp_path):
+    assert_kill_then_resume_matches(tiny_args, spec, tmp_path, reference=dual_run[1])  # the module's run

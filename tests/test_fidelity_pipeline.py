@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -11,11 +9,11 @@ import torch
 
 import norga.methods.hideprompt as hideprompt_module
 from conftest import SHORT_SMOKE, SMOKE, build_run_parts, loaders_of
+from norga.commands.cli import main as norga
 from norga.config import load_config
 
 pytestmark = pytest.mark.integration  # trains whole runs: outside the fast loop (-m "not slow and not integration")
 
-REPO = Path(__file__).resolve().parents[1]
 FAST = ["method.tii.epochs=1", "method.tii.align_epochs=1", "method.wtp.epochs=1", "method.tap.epochs=1", "data.num_tasks=3"]
 PAPER_CHOICES = ["method.wtp.reg_form=eq56", "method.wtp.label_smoothing=0.1", "method.tap.after_first_task=true", "method.tap.batches=all",
                  "method.tii.align_batches=all", "method.tii.mlp_style=pre_norm", "method.head_init=pytorch", "data.class_order_rng=numpy",
@@ -106,11 +104,9 @@ def test_prompt_writeback_and_the_next_tasks_initialisation(monkeypatch, writeba
 
 
 def _train(out: Path, overrides):
-    cmd = [sys.executable, str(REPO / "train.py"), "--config", str(SMOKE), "--output-dir", str(out)]
-    for item in overrides:
-        cmd += ["--set", item]
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=REPO)
-    assert result.returncode == 0, result.stderr[-3000:]
+    """``norga train`` on the smoke config with ``overrides``, in this process; its metrics.json."""
+    sets = [f"--set={item}" for item in overrides]
+    assert norga(["train", "--config", str(SMOKE), "--output-dir", str(out), *sets]) == 0
     return json.loads((out / "metrics.json").read_text())
 
 

@@ -219,7 +219,7 @@ def test_kill_and_resume_gives_the_uninterrupted_metrics(tmp_path):
     from faults import assert_kill_then_resume_matches, tiny_method_args
 
     method = "method={name: inflora, rank: 4, epochs: 2, batch_size: 16, lr: 0.01}"
-    assert_kill_then_resume_matches(lambda out: tiny_method_args(out, method), "bar:inflora:2", tmp_path)
+    assert_kill_then_resume_matches(lambda out: tiny_method_args(out, method), "bar:inflora:1", tmp_path)
 
 
 def test_paper_design_takes_the_projected_inputs_and_differs_from_task_1_on():

@@ -97,6 +97,6 @@ def test_the_norga_authors_layout_by_hand():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("spec", ["bar:l2p:2"])  # evaluation kills: tests/test_contract.py
-def test_kill_and_resume_gives_the_uninterrupted_metrics(spec, tmp_path):
-    assert_kill_then_resume_matches(tiny_args, spec, tmp_path)
+@pytest.mark.parametrize("spec", ["bar:l2p:1"])  # evaluation kills: tests/test_contract.py
+def test_kill_and_resume_gives_the_uninterrupted_metrics(spec, l2p_run, tmp_path):
+    assert_kill_then_resume_matches(tiny_args, spec, tmp_path, reference=l2p_run[1])  # the module's run

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -12,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from faults import assert_same_metrics
+from faults import ENV, assert_same_metrics
 from conftest import SMOKE
 from norga.config import load_config
 from norga.engine.evaluate import evaluate_task
@@ -23,7 +22,6 @@ from norga.errors import NorgaError
 pytestmark = pytest.mark.integration  # trains whole runs: outside the fast loop (-m "not slow and not integration")
 
 REPO = Path(__file__).resolve().parents[1]
-ENV = {**os.environ, "OMP_NUM_THREADS": "2", "PYTHONPATH": str(REPO)}
 
 
 def train(out: Path, *extra: str, timeout: float = 600) -> subprocess.CompletedProcess:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import errno
 import json
-import shutil
 import signal
 import subprocess
 import sys
@@ -16,20 +15,19 @@ from pathlib import Path
 
 import pytest
 
-from faults import ENV, REPO, assert_one_line_error, assert_same_metrics, comparable, train_args, train_with_fault
+from faults import (ENV, REPO, assert_one_line_error, assert_same_metrics, comparable, copy_run, train_args,
+                    train_with_fault)
 from norga.commands.cli import main as norga
 from norga.errors import DIVERGED_EXIT
 
 pytestmark = pytest.mark.integration  # trains whole runs: outside the fast loop (-m "not slow and not integration")
 
 
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory) -> Path:
-    """An uninterrupted tiny run, the yardstick for every resumed run (in this process: killed runs are
-    resumed here too, so 'identical' also covers training split across processes)."""
-    out = tmp_path_factory.mktemp("ref") / "run"
-    assert norga(["train", *train_args(out)]) == 0
-    return out
+@pytest.fixture
+def reference(tiny_run) -> Path:
+    """An uninterrupted tiny run, the yardstick for every resumed run (conftest's ``tiny_run``, trained in this
+    process: killed runs are resumed here too, so 'identical' also covers training split across processes)."""
+    return tiny_run
 
 
 def metrics_of(run: Path) -> dict:
@@ -41,15 +39,6 @@ def cli(capsys, *argv: str):
     status = norga(list(argv))
     captured = capsys.readouterr()
     return status, captured.out, captured.err
-
-
-def copy_run(source: Path, dest: Path, tasks: int) -> Path:
-    """A copy of ``source`` keeping only the checkpoints of the first ``tasks`` tasks."""
-    shutil.copytree(source, dest)
-    for path in (dest / "checkpoints").iterdir():
-        if int(path.name[5:7]) >= tasks:
-            path.unlink()
-    return dest
 
 
 # ---- state lost or corrupted --------------------------------------------------------------
@@ -148,24 +137,24 @@ def test_checkpoints_of_an_older_norga_are_refused_not_overwritten(reference, tm
 
 # ---- kills and Ctrl-C -------------------------------------------------------------------------
 def test_kill_between_checkpoint_and_checksum_then_resume_is_identical(reference, tmp_path):
-    out = tmp_path / "run"
-    killed = train_with_fault(out, "write:task_01.pt:after")
+    out = copy_run(reference, tmp_path / "run", 2)  # tasks 0-1 done: the killed process trains task 2 only
+    killed = train_with_fault(out, "write:task_02.pt:after")
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
-    assert (out / "checkpoints" / "task_01.pt").is_file() and not (out / "checkpoints" / "task_01.pt.sha256").exists()
-    assert metrics_of(out)["completed_tasks"] == 1  # metrics never describe an unverified task
+    assert (out / "checkpoints" / "task_02.pt").is_file() and not (out / "checkpoints" / "task_02.pt.sha256").exists()
+    assert metrics_of(out)["completed_tasks"] == 2  # metrics never describe an unverified task
     assert norga(["train", *train_args(out)]) == 0
     assert "has no checksum file: its write was interrupted" in (out / "log.txt").read_text()
     assert_same_metrics(metrics_of(out), metrics_of(reference))
 
 
 def test_ctrl_c_stops_with_one_line_and_resumes_identically(reference, tmp_path):
-    out = tmp_path / "run"
-    stopped_run = train_with_fault(out, "write:task_00.pt.sha256:sigint")  # Ctrl-C right after task 0 is saved
+    out = copy_run(reference, tmp_path / "run", 1)  # task 0 done: the interrupted process trains task 1
+    stopped_run = train_with_fault(out, "write:task_01.pt.sha256:sigint")  # Ctrl-C right after task 1 is saved
     assert_one_line_error(stopped_run.returncode, stopped_run.stderr, "interrupted;",
                           "run the same command again to resume", status=130)
     assert not (out / ".lock").exists()
     done = rundir_done(out)
-    assert done == 1
+    assert done == 2
     assert f"interrupted (Ctrl-C or SIGTERM) during task {done}" in (out / "log.txt").read_text()
     stopped = metrics_of(out)  # written at the interrupt: the saved tasks only, marked interrupted
     assert stopped["status"] == "interrupted" and stopped["completed_tasks"] == done == stopped["stopped"]["task"]

@@ -142,4 +142,4 @@ def test_kill_and_resume_gives_the_uninterrupted_metrics(tmp_path):
     from faults import assert_kill_then_resume_matches, tiny_method_args
 
     method = "method={name: sd_lora, rank: 4, epochs: 2, batch_size: 16, lr: 0.01}"
-    assert_kill_then_resume_matches(lambda out: tiny_method_args(out, method), "bar:sd_lora:2", tmp_path)
+    assert_kill_then_resume_matches(lambda out: tiny_method_args(out, method), "bar:sd_lora:1", tmp_path)

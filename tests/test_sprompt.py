@@ -96,9 +96,9 @@ def test_too_few_images_for_the_centroids_is_one_clear_error(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("spec", ["bar:sprompt:2"])  # evaluation kills: tests/test_contract.py
-def test_kill_and_resume_gives_the_uninterrupted_metrics(spec, tmp_path):
-    assert_kill_then_resume_matches(tiny_args, spec, tmp_path)
+@pytest.mark.parametrize("spec", ["bar:sprompt:1"])  # evaluation kills: tests/test_contract.py
+def test_kill_and_resume_gives_the_uninterrupted_metrics(spec, sprompt_run, tmp_path):
+    assert_kill_then_resume_matches(tiny_args, spec, tmp_path, reference=sprompt_run[1])  # the module's run
 
 
 def test_classes_compete_only_within_the_selected_task(sprompt_run):
