@@ -56,6 +56,8 @@ def test_the_readme_is_a_front_page_and_its_links_resolve():
         assert (REPO / target).exists(), f"README links to a missing file: {target}"
     for command in ("make demo", "make test"):
         assert command in text and command.split()[1] + ":" in (REPO / "Makefile").read_text()
+    ci_commands = [line.split("#")[0].split() for line in (REPO / ".ci" / "run").read_text().splitlines()]
+    assert ["make", "test", 'VENV="$venv"'] in ci_commands, ".ci/run must call the README's test command (make test)"
 
 
 def _nav_pages(nav) -> list:
