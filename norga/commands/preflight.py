@@ -16,6 +16,7 @@ from typing import List, Optional, Sequence
 
 from .._version import __version__
 from ..config import ConfigError, load_config
+from ..config.schema import is_hub_reference
 from .environment import device_lines, import_problems, installed_versions, version_problems
 
 
@@ -25,7 +26,8 @@ def config_problems(cfg, out: Optional[Path] = None) -> List[str]:
     if cfg.model.preset is None and cfg.model.name is None:
         problems.append("model: set model.preset (e.g. sup21k; 'norga list' shows them) or model.name (a timm "
                         "model name)")
-    if cfg.model.checkpoint and not Path(cfg.model.checkpoint).is_file():
+    local = cfg.model.checkpoint and not is_hub_reference(cfg.model.checkpoint)  # Hub files: checked at build
+    if local and not Path(cfg.model.checkpoint).is_file():
         kind = "is a folder, give the weights file itself" if Path(cfg.model.checkpoint).is_dir() else "not found"
         problems.append(f"model.checkpoint: {cfg.model.checkpoint} {kind} (relative paths start at {Path.cwd()})")
     if cfg.data.root and not cfg.data.download and not Path(cfg.data.root).exists():

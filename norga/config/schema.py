@@ -40,13 +40,22 @@ class DataConfig:
             raise ConfigError(f"data.num_workers: expected an integer >= 0 or 'auto', got {self.num_workers!r}")
 
 
+HUB_PREFIXES = ("hf-hub:", "hf_hub:")  # model.checkpoint / model.name from the Hugging Face Hub
+
+
+def is_hub_reference(value) -> bool:
+    """Whether a ``model.checkpoint`` / ``model.name`` value names a Hub repo (``hf-hub:ORG/NAME``, ``hf_hub:``)."""
+    return isinstance(value, str) and value.startswith(HUB_PREFIXES)
+
+
 @dataclass
 class ModelConfig:
     """The frozen backbone (what prompts and gates attach to is the method's business: ``method.*``)."""
 
     preset: Optional[str] = _f(None)  # a backbone preset (`norga list`), e.g. sup21k: ViT-B/16 ImageNet-21K
     name: Optional[str] = _f(None)  # timm model name; overrides the preset's
-    # a local checkpoint file for the backbone (timm / safetensors / the presets' formats)
+    # a local checkpoint file for the backbone (timm / safetensors / the presets' formats), or a Hugging Face Hub
+    # repo's: hf-hub:ORG/NAME[/FILE][@REVISION] (taken from the local cache when there)
     checkpoint: Optional[str] = _f(None)
     pretrained: bool = _f(False)  # load timm's pretrained weights from the hub (needs the internet or timm's cache)
     # extra timm.create_model arguments, e.g. a tiny architecture {patch_size: 4, embed_dim: 64}

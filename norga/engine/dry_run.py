@@ -18,6 +18,7 @@ from ..data.readability import QUICK_SAMPLE, image_files, unreadable_images
 from ..errors import NorgaError
 from ..methods import build_method
 from ..models.backbone import BACKBONE_PRESETS, hub_weights_status
+from ..models.hub_weights import checkpoint_file, is_hub_reference
 from .problems import Problems
 from .task_loop import build_data, build_vit, resolve_config
 
@@ -27,6 +28,10 @@ DECODE_MODES = ("full", "quick")
 def _weights(cfg: Config) -> str:
     """What the backbone's weights are, after loading them strictly (hub weights only from the local cache)."""
     m = cfg.model
+    if is_hub_reference(m.checkpoint):
+        path = checkpoint_file(m.checkpoint, download=False)  # WeightsUnavailable when not in the cache
+        build_vit(cfg)
+        return f"Hub file {m.checkpoint}, cached at {path} (loaded strictly: OK)"
     if m.checkpoint:
         build_vit(cfg)  # raises a CheckpointError naming missing/unexpected keys
         return f"local file {m.checkpoint} (loaded strictly: OK)"

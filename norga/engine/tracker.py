@@ -13,13 +13,14 @@ import torchvision
 
 from ..config import Config
 from ..methods.base import Method
+from ..models.hub_weights import weights_file
 from ..reports.metrics import empty_matrix, summarize
 from .provenance import config_history
 from .run_folder import code_version
 
 
 def checkpoint_id(path: Optional[str]) -> Optional[str]:
-    """sha256 of a local checkpoint file (first 16 hex digits), or None."""
+    """sha256 of a local checkpoint file (first 16 hex digits), or None (a Hub file: its path in the cache)."""
     if not path:
         return None
     digest = hashlib.sha256()
@@ -94,7 +95,7 @@ class MetricsTracker:
             "task_classes": self.bench.task_classes,
             "data": self.bench.info(),
             "backbone": {"preset": m.preset, "name": m.name, "checkpoint": m.checkpoint,
-                         "checkpoint_sha256_16": checkpoint_id(m.checkpoint), "pretrained": m.pretrained},
+                         "checkpoint_sha256_16": checkpoint_id(weights_file(m)), "pretrained": m.pretrained},
             "method": self.described,
             "norga": code_version(),  # version and git commit of the code that produced the run
             "versions": {"python": platform.python_version(), "torch": torch.__version__,

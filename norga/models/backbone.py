@@ -13,6 +13,8 @@ timm / Hugging Face cache when there (no network); otherwise a download is
 tried only if the hub's host resolves, and any failure is one
 :class:`WeightsUnavailable` naming ``model.checkpoint`` as the offline fix.
 :func:`hub_weights_status` answers "are they here now?" for ``--dry-run``.
+``model.checkpoint: hf-hub:ORG/NAME`` and timm's ``hf_hub:ORG/NAME`` names go through
+:mod:`norga.models.hub_weights` (local cache first, ``HF_HUB_OFFLINE`` honoured).
 Config mistakes (unknown preset or timm name, bad ``timm_kwargs``) raise
 :class:`norga.config.ConfigError` naming the key.
 """
@@ -31,10 +33,7 @@ from timm.data import resolve_data_config
 
 from ..config import ConfigError
 from .checkpoints import CheckpointError, first_line, load_checkpoint
-
-
-class WeightsUnavailable(CheckpointError):
-    """``model.pretrained: true`` but the hub weights are neither cached nor downloadable now."""
+from .hub_weights import WeightsUnavailable, checkpoint_file, is_hub_reference, model_folder
 
 
 @dataclass(frozen=True)
@@ -142,6 +141,8 @@ def _create_hub_model(name: str, **timm_kwargs) -> torch.nn.Module:
 
 def hub_weights_status(name: str) -> str:
     """For --dry-run: where the hub weights are, or WeightsUnavailable when they are not on this machine."""
+    if is_hub_reference(name):
+        return f"Hub weights, cached at {model_folder(name, pretrained=True, download=False)[1]}"
     path = cached_hub_weights(name)
     if path is None:
         raise _unavailable(name, "are not in the local cache (a dry run never downloads; training would try)")
@@ -161,7 +162,11 @@ def build_backbone(preset: Optional[str] = None, model_name: Optional[str] = Non
     hub = pretrained and checkpoint is None
     if hub and preset in LOCAL_ONLY_PRESETS and model_name is None:
         raise CheckpointError(f"preset {preset!r} needs a local checkpoint file: {spec.source}")
-    if not timm.is_model(name):
+    if is_hub_reference(name):  # timm's hf_hub:ORG/NAME: architecture from the repo's config.json
+        folder, checkpoint_path = model_folder(name, pretrained=hub)
+        name = f"local-dir:{folder}"
+        checkpoint, hub = checkpoint if checkpoint is not None else checkpoint_path, False
+    elif not timm.is_model(name):
         raise ConfigError(f"model.name: timm has no model {name!r} (list them with timm.list_models('vit*'))")
     try:
         model = (_create_hub_model(name, **timm_kwargs) if hub
@@ -170,7 +175,8 @@ def build_backbone(preset: Optional[str] = None, model_name: Optional[str] = Non
         raise ConfigError(f"model.timm_kwargs: timm cannot build {name} with {timm_kwargs}: "
                           f"{first_line(err)}") from err
     if checkpoint is not None:
-        load_checkpoint(model, checkpoint, spec.source if spec else "")
+        path = checkpoint_file(checkpoint) if is_hub_reference(checkpoint) else checkpoint
+        load_checkpoint(model, path, spec.source if spec else "")
     return model
 
 
