@@ -95,3 +95,35 @@ def test_reference_syntax():
     assert split_reference("hf-hub:org/name/sub/w.pth@v1", "k") == ("org/name", "sub/w.pth", "v1")
     with pytest.raises(ConfigError, match="model.checkpoint: 'hf-hub:justname' is not a Hub repo"):
         split_reference("hf-hub:justname", "model.checkpoint")
+
+
+def hub_train(tmp_path, *extra: str) -> list:
+    from faults import train_args
+
+    return ["train", *train_args(tmp_path / "run", *extra)]
+
+
+def test_smoke_config_with_a_hub_checkpoint_dry_run_train_and_checksum(hub_cache, tmp_path, capsys):
+    """``norga train``: the cached Hub file is loaded strictly (--dry-run), trained on, and its sha256 is in
+    metrics.json; an absent one is one problem line and leaves no run folder."""
+    from faults import assert_one_line_error
+    from norga.commands.cli import main as norga
+
+    torch.manual_seed(0)
+    smoke_arch = dict(img_size=32, patch_size=4, embed_dim=64, depth=2, num_heads=2)
+    path = write_repo(hub_cache, REPO, build_backbone(model_name="vit_base_patch16_224", **smoke_arch).state_dict())
+    hub = ["--set", f"model.checkpoint=hf-hub:{REPO}"]
+    status = norga(hub_train(tmp_path, *hub, "--dry-run"))
+    out, err = capsys.readouterr()
+    assert status == 0, err[-2000:]
+    assert f"Hub file hf-hub:{REPO}, cached at {hub_cache}" in out and "(loaded strictly: OK)" in out
+    assert norga(hub_train(tmp_path, *hub)) == 0, capsys.readouterr().err[-2000:]
+    backbone = json.loads((tmp_path / "run" / "metrics.json").read_text())["backbone"]
+    assert backbone["checkpoint"] == f"hf-hub:{REPO}"
+    assert backbone["checkpoint_sha256_16"] == hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+    capsys.readouterr()
+    absent = ["--set", "model.checkpoint=hf-hub:otherorg/absent"]
+    for dry in (["--dry-run"], []):
+        status = norga(hub_train(tmp_path / "other", *absent, *dry))
+        assert_one_line_error(status, capsys.readouterr().err, "otherorg/absent", str(hub_cache), "hf download")
+        assert not (tmp_path / "other" / "run").exists()
