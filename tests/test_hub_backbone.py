@@ -127,3 +127,17 @@ def test_smoke_config_with_a_hub_checkpoint_dry_run_train_and_checksum(hub_cache
         status = norga(hub_train(tmp_path / "other", *absent, *dry))
         assert_one_line_error(status, capsys.readouterr().err, "otherorg/absent", str(hub_cache), "hf download")
         assert not (tmp_path / "other" / "run").exists()
+
+
+def test_reproduce_counts_a_cached_hub_checkpoint_as_present(hub_cache):
+    from norga.config import Config
+    from norga.reproduce.inputs import hub_weights_cached, missing_inputs
+
+    write_repo(hub_cache, REPO, tiny_weights(0))
+    hub_weights_cached.cache_clear()
+    cfg = Config()
+    cfg.model.name, cfg.model.checkpoint = "vit_tiny_patch16_224", f"hf-hub:{REPO}"
+    assert missing_inputs(cfg, "cifar100", "tiny") == []
+    cfg.model.checkpoint = "hf-hub:otherorg/absent"
+    assert "not in the timm / Hugging Face cache" in missing_inputs(cfg, "cifar100", "tiny")[0]
+    hub_weights_cached.cache_clear()

@@ -76,7 +76,9 @@ def unavailable(key: str, ref: str, repo_id: str, filenames: Sequence[str], why:
         f"{key}: {ref}: {' or '.join(filenames)} of Hub repo {repo_id} not in the Hugging Face cache "
         f"{_cache_dir()} and {why}; fix: run once with internet (the file is then cached), or `hf download "
         f"{repo_id}` (huggingface-cli download in older huggingface_hub) with the same HF_HOME / HF_HUB_CACHE, "
-        "or set model.checkpoint to a local weights file")
+        + ("or set model.checkpoint to a local weights file" if key == "model.checkpoint" else
+           "or set model.name to a timm name (e.g. vit_base_patch16_224) and model.checkpoint to a local weights "
+           "file"))
 
 
 def hub_file(key: str, ref: str, filenames: Sequence[str], revision: Optional[str], download: bool = True) -> str:
@@ -85,7 +87,7 @@ def hub_file(key: str, ref: str, filenames: Sequence[str], revision: Optional[st
     found = cached_file(repo_id, filenames, revision)
     if found is not None:
         return found
-    why = "a dry run never downloads (training would)" if not download else _offline_reason()
+    why = _offline_reason() or (None if download else "a dry run never downloads (training would)")
     if why:
         raise unavailable(key, ref, repo_id, filenames, why)
     from huggingface_hub import hf_hub_download
