@@ -55,7 +55,7 @@ class ModelConfig:
     preset: Optional[str] = _f(None)  # a backbone preset (`norga list`), e.g. sup21k: ViT-B/16 ImageNet-21K
     name: Optional[str] = _f(None)  # timm model name; overrides the preset's
     # a local checkpoint file for the backbone (timm / safetensors / the presets' formats), or a Hugging Face Hub
-    # repo's: hf-hub:ORG/NAME[/FILE][@REVISION] (taken from the local cache when there)
+    # repo's: hf-hub:ORG/NAME, optionally /FILE and @REVISION (taken from the local cache when there)
     checkpoint: Optional[str] = _f(None)
     pretrained: bool = _f(False)  # load timm's pretrained weights from the hub (needs the internet or timm's cache)
     # extra timm.create_model arguments, e.g. a tiny architecture {patch_size: 4, embed_dim: 64}
