@@ -110,7 +110,8 @@ def test_prepare_without_root_fills_the_folder_the_shipped_configs_read():
     from norga.data.prepare import PREPARERS
 
     found = list(shipped_roots())
-    assert {bench for _, bench, _ in found} == set(PREPARERS) == {"cifar100", "imagenet_r", "cub200", "five_datasets"}
+    assert {bench for _, bench, _ in found} == set(PREPARERS) == {"cifar100", "imagenet_r", "cub200", "five_datasets",
+                                                                   "imagenet_a", "objectnet", "omnibenchmark", "vtab"}
     for name, bench, root in found:
         assert PREPARERS[bench].root == root, (name, root)
 

@@ -136,6 +136,11 @@ def _fetch(preparer: Preparer, archive: Archive, root: Path, mirror: Optional[Pa
     local = root / DOWNLOADS / archive.name
     if local.is_file():
         return local, True
+    if not archive.urls:  # the user's own copy (no public direct link)
+        print(manual_steps(preparer, root, _pending(preparer, root)))
+        where = f"is not in the mirror {mirror}" if mirror is not None else "needs --mirror F"
+        raise DataError(f"{preparer.benchmark}: {archive.name} {where}; it cannot be downloaded automatically, "
+                        "place it as printed above and pass --mirror F")
     try:
         download(archive.urls, local, progress)
     except OSError as err:
