@@ -17,7 +17,6 @@ and a random 2-block ViT), through the same code (``--tiny`` without ``--data`` 
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import platform
 import subprocess
@@ -31,8 +30,10 @@ import numpy as np
 import torch
 import yaml
 
+from bench.crosscheck.small_task import first_per_class, small_task
 from norga.config import config_to_dict, load_config
 from norga.errors import NorgaError
+from norga.files import sha256_file
 
 REPO = Path(__file__).resolve().parents[1]
 LIMIT_BYTES = 60 * 2 ** 20
@@ -57,14 +58,6 @@ TINY = ["model.name=vit_base_patch16_224", "data.image_size=32", "data.classes_p
 
 class PreparedFolderError(NorgaError):
     """The prepared folder is missing, incomplete, altered or too large."""
-
-
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def small_task_config(folder: Path, overrides: List[str]):
@@ -139,7 +132,7 @@ def write_folder(folder: Path, data: Dict[str, np.ndarray], vit: torch.nn.Module
 
 
 def write_manifest(folder: Path, sources: dict) -> dict:
-    files = {name: {"sha256": sha256(folder / name), "bytes": (folder / name).stat().st_size} for name in LISTED}
+    files = {name: {"sha256": sha256_file(folder / name), "bytes": (folder / name).stat().st_size} for name in LISTED}
     manifest = {"files": files, "total_bytes": sum(f["bytes"] for f in files.values()), "limit_bytes": LIMIT_BYTES,
                 "sources": sources, "created": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
     (folder / MANIFEST).write_text(json.dumps(manifest, indent=1))
@@ -164,7 +157,7 @@ def verify(folder: Path) -> dict:
     manifest = json.loads((folder / MANIFEST).read_text())
     bad = [name for name, f in manifest["files"].items()
            if not (folder / name).is_file() or (folder / name).stat().st_size != f["bytes"]
-           or sha256(folder / name) != f["sha256"]]
+           or sha256_file(folder / name) != f["sha256"]]
     if bad:
         raise PreparedFolderError(f"{folder}: {', '.join(bad)} missing or not the prepared file (checksum); copy the "
                                   "folder again or prepare it again with --prepare")
@@ -198,23 +191,7 @@ class Preset:
     select: Callable[[dict], dict]
 
 
-def first_per_class(data: dict, classes: int, per_split: Dict[str, int]) -> dict:
-    """The first ``per_split[split]`` images of classes 0..classes-1 in file order (the small task's rule)."""
-    out = {}
-    for split, n in per_split.items():
-        x, y = data[f"{split}_x"], data[f"{split}_y"].astype(np.int64)
-        keep = np.sort(np.concatenate([np.flatnonzero(y == c)[:n] for c in range(classes)]))
-        out[f"{split}_x"], out[f"{split}_y"] = x[keep], y[keep]
-    return out
-
-
-def _small_task(data: dict) -> dict:
-    from bench.crosscheck.small_task import small_task
-
-    return small_task(data)
-
-
-PRESETS = {"dinov2": Preset(DINOV2, "weights/dinov2_vits14_imgfocus.safetensors", torch.float16, _small_task),
+PRESETS = {"dinov2": Preset(DINOV2, "weights/dinov2_vits14_imgfocus.safetensors", torch.float16, small_task),
            "tiny": Preset(TINY, "weights/tiny_vit.safetensors", torch.float32,
                           lambda data: first_per_class(data, 10, {"train": 8, "test": 4}))}
 
@@ -231,7 +208,7 @@ def prepare_from_shared(folder: Path, shared: Path, preset: str = "dinov2", smok
                                   f"folder with data/cifar100.npz and {spec.weights}")
     check_ignored(folder)
     vit = build_vit(load_config(None, spec.overrides + ["model.pretrained=false", f"model.checkpoint={weights}"]))
-    sources = {"cifar100.npz": sha256(cifar), spec.weights: sha256(weights), "preset": preset}
+    sources = {"cifar100.npz": sha256_file(cifar), spec.weights: sha256_file(weights), "preset": preset}
     return write_folder(folder, spec.select(dict(np.load(cifar))), vit, spec.overrides, spec.dtype, sources, smoke)
 
 

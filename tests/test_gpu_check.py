@@ -13,6 +13,7 @@ from bench.gpu_check_attention import backend_of
 from bench.gpu_check_steps import ENTRY_TOLERANCE, FA_TOLERANCE, compare
 from bench.gpu_check_timing import PASSES
 from norga.config import method_configs
+from norga.files import sha256_file
 
 
 def summary(out: Path) -> dict:
@@ -66,7 +67,7 @@ def test_prepare_on_a_stand_in_source_checksums_and_size(tmp_path):
     manifest = json.loads((folder / prep.MANIFEST).read_text())
     assert set(manifest["files"]) == set(prep.LISTED)
     for name, f in manifest["files"].items():
-        assert f["sha256"] == prep.sha256(folder / name) and f["bytes"] == (folder / name).stat().st_size
+        assert f["sha256"] == sha256_file(folder / name) and f["bytes"] == (folder / name).stat().st_size
     assert manifest["total_bytes"] == sum(f["bytes"] for f in manifest["files"].values())
     assert prep.folder_bytes(folder) == manifest["total_bytes"] + (folder / prep.MANIFEST).stat().st_size
     reference = prep.read_reference(folder)

@@ -9,19 +9,25 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Dict
 
 import numpy as np
 
 CLASSES, PER_CLASS = 50, {"train": 20, "test": 10}
 
 
-def small_task(cifar100: dict) -> dict:
+def first_per_class(data: dict, classes: int, per_split: Dict[str, int]) -> dict:
+    """The first ``per_split[split]`` images of classes 0..classes-1 in file order (the small task's rule)."""
     out = {}
-    for split, n in PER_CLASS.items():
-        x, y = cifar100[f"{split}_x"], cifar100[f"{split}_y"].astype(np.int64)
-        keep = np.sort(np.concatenate([np.flatnonzero(y == c)[:n] for c in range(CLASSES)]))
+    for split, n in per_split.items():
+        x, y = data[f"{split}_x"], data[f"{split}_y"].astype(np.int64)
+        keep = np.sort(np.concatenate([np.flatnonzero(y == c)[:n] for c in range(classes)]))
         out[f"{split}_x"], out[f"{split}_y"] = x[keep], y[keep]
     return out
+
+
+def small_task(cifar100: dict) -> dict:
+    return first_per_class(cifar100, CLASSES, PER_CLASS)
 
 
 def main(argv=None) -> int:

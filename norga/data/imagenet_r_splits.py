@@ -18,6 +18,7 @@ import hashlib
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
+from ..files import sha256_file
 from .sources import DataError
 
 SPLITS = ("seeded", "coda_prompt", "folders")
@@ -31,14 +32,6 @@ CODA_SPLIT_SHA256 = "3db7a766669a2e38b9894f92bf5efab041d56e18a07687d267f03b80a36
 CODA_PREFIX = "data/imagenet-r/"
 
 Split = Tuple[List[str], List[str], Dict[str, int]]  # (train paths, test paths, wnid -> class id)
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _parse_coda_yaml(text: str, name: str) -> Tuple[List[str], List[int]]:
@@ -79,7 +72,7 @@ def read_coda_root(split_root: Path) -> Split:
         if not path.is_file():
             raise DataError(f"imagenet_r: data.options.split_root {split_root} has no {name}; copy "
                             "dataloaders/splits/imagenet-r_{train,test}.yaml of GT-RIPL/CODA-Prompt there")
-        actual = _sha256(path)
+        actual = sha256_file(path)
         if actual != expected:
             raise DataError(f"imagenet_r: {path} has sha256 {actual}, expected {expected} (CODA-Prompt's file); "
                             "use an unmodified copy, or data.options.split_file for another split")
