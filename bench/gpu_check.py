@@ -53,6 +53,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", nargs="+", choices=list(STEPS), default=list(STEPS), help="run only these steps")
     p.add_argument("--total-budget", type=float, default=None, metavar="S",
                    help="seconds for the whole check (default 465; 360 with --tiny)")
+    p.add_argument("--budget-scale", type=float, default=1.0, metavar="F",
+                   help="multiply every step's budget and the total by F (> 0): a slower GPU, or a shared CPU")
     return p
 
 
@@ -118,9 +120,9 @@ def run_worker(plan: dict, out: Path, records: Dict[str, dict], budgets: Dict[st
 
 def run_check(args, out: Path, data: Optional[Path]) -> int:
     started = time.time()
-    total = args.total_budget or TOTAL_BUDGET[args.tiny]
+    total = (args.total_budget or TOTAL_BUDGET[args.tiny]) * args.budget_scale
     deadline = started + total
-    budgets = {s: float(BUDGETS[s][args.tiny]) for s in args.steps}
+    budgets = {s: float(BUDGETS[s][args.tiny]) * args.budget_scale for s in args.steps}
     records: Dict[str, dict] = {}
     pending: List[str] = list(args.steps)
     while pending:
@@ -157,7 +159,10 @@ def run_check(args, out: Path, data: Optional[Path]) -> int:
 
 
 def main(argv=None) -> int:
-    args = parser().parse_args(argv)
+    p = parser()
+    args = p.parse_args(argv)
+    if args.budget_scale <= 0:
+        p.error(f"--budget-scale must be > 0, got {args.budget_scale:g}")
     try:
         if args.prepare is not None:
             manifest = prep.prepare_from_shared(args.prepare, args.shared, "tiny" if args.tiny else "dinov2")

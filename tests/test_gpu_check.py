@@ -23,7 +23,8 @@ def summary(out: Path) -> dict:
 @pytest.mark.integration
 def test_tiny_check_on_the_cpu_runs_every_step(tmp_path, capfd):
     out = tmp_path / "check"
-    assert gpu_check.main(["--device", "cpu", "--tiny", "--out", str(out)]) == 0
+    # the budgets are an H200's and an idle 2-core CPU's; a test shares its cores, so it is not a timing test
+    assert gpu_check.main(["--device", "cpu", "--tiny", "--budget-scale", "10", "--out", str(out)]) == 0
     s = summary(out)
     assert s["passed"] is True and list(s["steps"]) == list(gpu_check.STEPS)
     assert all(r["status"] == "ok" for r in s["steps"].values())
