@@ -3,6 +3,7 @@ and ``norga --version``.
 
     norga train --config configs/smoke.yaml --output-dir runs/smoke [--set method.wtp.epochs=3 ...] [--dry-run] [--force]
     norga eval --run runs/smoke [--output eval.json]
+    norga export --run runs/smoke --out export/ [--push ORG/NAME]   # then: norga eval --from export/
     norga summarize runs/a_s42 runs/a_s43 [--vs runs/b_s42 runs/b_s43] [--out DIR]
     norga routes --run runs/mh_moe          # N_eff / old-task loss change per route of an MoE-adapter run
     norga reproduce --table 1 --rows sup21k --out runs/repro [--dry-run | --report]   # the paper's tables
@@ -33,6 +34,7 @@ from ..config.origins import resolved_lines
 from .environment import check_environment
 from ..errors import NorgaError
 from .guard import INTERRUPTED, close_progress_bars, guarded, user_error  # noqa: F401 - the command-line contract
+from .export_command import add_export_arguments, run_eval_export, run_export
 from .preflight import config_problems, doctor_main
 
 
@@ -118,11 +120,14 @@ def train_main(argv: Optional[Sequence[str]] = None) -> int:
 
 # ---- eval -----------------------------------------------------------------
 def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--run", "--run-dir", dest="run", required=True, type=Path,
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--run", "--run-dir", dest="run", type=Path,
                         help="run folder written by norga train (under torchrun write --run-dir: torchrun "
                              "takes --run for its own --run-path)")
+    source.add_argument("--from", dest="export", type=Path, metavar="EXPORT",
+                        help="a folder written by norga export (the run folder is not needed)")
     parser.add_argument("--output", type=Path, default=None,
-                        help="where to write the metrics (default RUN/eval.json)")
+                        help="where to write the metrics (default RUN/eval.json, EXPORT/eval.json)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="evaluate on other data: change an evaluation key of the checkpoints' config, e.g. "
                              "--set data.test_per_class=50 (repeatable; recorded in eval.json as eval_overrides)")
@@ -139,6 +144,8 @@ def run_eval(args: argparse.Namespace) -> int:
     from ..engine.eval_config import check_eval_output, override_warning
     from ..files import atomic_write_bytes
 
+    if args.export is not None:
+        return run_eval_export(args)
     out = args.output or args.run / "eval.json"
     check_eval_output(out, args.run)
     metrics = evaluate_run(args.run, args.config, args.overrides)
@@ -262,9 +269,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="norga", description=__doc__.split("\n\n")[0])
     parser.add_argument("--version", action="version", version=f"norga {__version__}")
     commands = parser.add_subparsers(dest="command", required=True,
-                                     metavar="{train,eval,summarize,reproduce,routes,doctor,data,configs,list}")
+                                     metavar="{train,eval,export,summarize,reproduce,routes,doctor,data,configs,list}")
     add_train_arguments(commands.add_parser("train", help="train or resume a run"))
     add_eval_arguments(commands.add_parser("eval", help="re-evaluate a run from its checkpoints"))
+    add_export_arguments(commands.add_parser("export", help="write a run's trained state as safetensors, its "
+                                                         "config, metrics and a model card (--push: to the Hub)"))
     commands.add_parser("summarize", help="aggregate run folders over seeds (norga summarize --help)")
     commands.add_parser("reproduce", help="the paper's tables from the shipped manifest (norga reproduce --help)")
     routes = commands.add_parser("routes", help="N_eff and old-task loss change per route of an MoE-adapter run")
@@ -279,6 +288,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return guarded(lambda: run_train(args), lambda: _resume_hint(args))
     if args.command == "eval":
         return guarded(lambda: run_eval(args), lambda: "nothing was written")
+    if args.command == "export":
+        return guarded(lambda: run_export(args), lambda: "see the --out folder")
     if args.command == "routes":
         return guarded(lambda: run_routes(args), lambda: "nothing was written")
     print("\n".join(registry_lines()))

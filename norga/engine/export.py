@@ -1,0 +1,206 @@
+"""Export a trained run to a self-contained folder, evaluate such an export, push it to the Hugging Face Hub.
+
+An export folder (``norga export --run RUN --out DIR``) holds
+
+* ``state/task_XX.safetensors``: every tensor of the method's state after task XX (prompts, gates, heads,
+  adapters, statistics: whatever :meth:`~norga.methods.base.Method.state_dict` keeps), keyed by position;
+* ``state/task_XX.json``: the rest of that state (numbers, lists, strings), tensors replaced by their key;
+* ``config.yaml`` (the resolved config the checkpoints were trained with), ``metrics.json`` and a model card
+  ``README.md``.
+
+Every task's state is kept, not only the last one's, so that ``norga eval --from DIR`` recomputes the run's
+whole accuracy matrix (row t is evaluated with the state after task t) without the run folder.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Dict, Tuple
+
+import torch
+import yaml
+
+from ..config import Config, ConfigError, config_to_dict, from_dict
+from ..errors import NorgaError
+from ..files import atomic_write_bytes, sha256_file
+from ..methods import build_method
+from ..models.compilation import compile_mode
+from ..models.precision import amp_mode
+from ..toolkit.devices import resolve_device
+from .provenance import with_new_defaults
+from .run_identity import trained_config
+from .task_loop import Evaluator, MetricsTracker, build_data, build_vit
+
+
+class ExportError(NorgaError, RuntimeError):
+    """An export folder cannot be written, read or pushed."""
+
+
+# ---- nested method state <-> (tensors, JSON) ---------------------------------
+def split_state(obj: Any, tensors: Dict[str, torch.Tensor]) -> Any:
+    """JSON-able skeleton of ``obj``; each tensor goes to ``tensors`` under a positional key ``"t<N>"``."""
+    if isinstance(obj, torch.Tensor):
+        key = f"t{len(tensors)}"
+        tensors[key] = obj.detach().cpu().contiguous().clone()
+        return {"__tensor__": key}
+    if isinstance(obj, dict):
+        return {"__dict__": [[split_state(k, tensors), split_state(v, tensors)] for k, v in obj.items()]}
+    if isinstance(obj, tuple):
+        return {"__tuple__": [split_state(v, tensors) for v in obj]}
+    if isinstance(obj, list):
+        return [split_state(v, tensors) for v in obj]
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    raise ExportError(f"method state holds a {type(obj).__name__}, which an export cannot store")
+
+
+def join_state(skeleton: Any, tensors: Dict[str, torch.Tensor]) -> Any:
+    """Inverse of :func:`split_state`."""
+    if isinstance(skeleton, list):
+        return [join_state(v, tensors) for v in skeleton]
+    if not isinstance(skeleton, dict):
+        return skeleton
+    if "__tensor__" in skeleton:
+        return tensors[skeleton["__tensor__"]]
+    if "__tuple__" in skeleton:
+        return tuple(join_state(v, tensors) for v in skeleton["__tuple__"])
+    return {join_state(k, tensors): join_state(v, tensors) for k, v in skeleton["__dict__"]}
+
+
+def _write_state(folder: Path, task: int, state: dict) -> None:
+    from safetensors.torch import save_file
+
+    tensors: Dict[str, torch.Tensor] = {}
+    skeleton = split_state(state, tensors)
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(folder / f"task_{task:02d}.safetensors"))
+    atomic_write_bytes(folder / f"task_{task:02d}.json", (json.dumps(skeleton) + "\n").encode(), option="--out")
+
+
+def read_state(folder: Path, task: int) -> dict:
+    """The method state after ``task`` of an export's ``state/`` folder."""
+    from safetensors.torch import load_file
+
+    tensors_path, json_path = folder / f"task_{task:02d}.safetensors", folder / f"task_{task:02d}.json"
+    if not tensors_path.is_file() or not json_path.is_file():
+        raise ExportError(f"{folder.parent} is not a complete norga export: {tensors_path.name} or "
+                          f"{json_path.name} is missing; export the run again (norga export)")
+    return join_state(json.loads(json_path.read_text()), load_file(str(tensors_path)))
+
+
+# ---- export --------------------------------------------------------------------
+def backbone_checksum(model: dict) -> str:
+    """sha256 of the backbone's local weights file, or what the weights are when there is no such file."""
+    checkpoint = model.get("checkpoint")
+    if checkpoint and Path(checkpoint).is_file():
+        return sha256_file(Path(checkpoint))
+    if checkpoint:
+        return f"not computed ({checkpoint} is not a local file here)"
+    return "timm pretrained weights" if model.get("pretrained") else "none (randomly initialised backbone)"
+
+
+def model_card(cfg: dict, metrics: dict, run_dir: Path) -> str:
+    """README.md of an export: method, backbone and checksum, benchmark, seed, FA/CA/FM, how to reproduce."""
+    model, data = cfg.get("model", {}), cfg.get("data", {})
+    backbone = model.get("name") or model.get("preset") or "?"
+
+    def number(key: str) -> str:
+        value = metrics.get(key)
+        return f"{value:.4f}" if isinstance(value, (int, float)) else "n/a"
+    return "\n".join([
+        "---", "library_name: norga", "tags: [continual-learning, class-incremental, vision-transformer]", "---",
+        f"# {cfg.get('method', {}).get('name')} on {data.get('name')} (norga export)", "",
+        "| | |", "|---|---|",
+        f"| method | {cfg.get('method', {}).get('name')} |",
+        f"| backbone | {backbone} (checkpoint: {model.get('checkpoint')}) |",
+        f"| backbone sha256 | {backbone_checksum(model)} |",
+        f"| benchmark | {data.get('name')}, {data.get('num_tasks')} tasks |",
+        f"| seed | {cfg.get('seed')} |",
+        f"| FA / CA / FM | {number('FA')} / {number('CA')} / {number('FM')} |",
+        f"| tasks trained | {metrics.get('completed_tasks')} of {metrics.get('num_tasks')} |", "",
+        "Evaluate this export (same accuracy matrix as metrics.json): `norga eval --from THIS_FOLDER`", "",
+        f"Reproduce the training: `norga train --config config.yaml --output-dir {run_dir.name}`", "",
+    ])
+
+
+def _check_out(out: Path) -> None:
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ExportError(f"--out {out} exists and is not an empty folder; give a new folder")
+
+
+def export_run(run_dir: Path, out: Path) -> Tuple[int, dict]:
+    """Write the export of ``run_dir`` into ``out`` (new or empty); (tasks exported, metrics)."""
+    _check_out(out)
+    run, done, trained = trained_config(run_dir)
+    metrics = run.read_metrics()
+    if metrics is None:
+        raise ExportError(f"{run_dir}/metrics.json is missing or unreadable; run norga train on the folder again "
+                          "to rebuild it, then export")
+    states = []
+    for t in range(done):
+        saved = run.load_checkpoint(t)
+        if saved.get("method_name") != trained["method"]["name"] or not isinstance(saved.get("method"), dict):
+            raise ExportError(f"{run_dir}: checkpoint of task {t} is not one of method {trained['method']['name']}")
+        states.append(saved["method"])
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        for t, state in enumerate(states):
+            _write_state(out / "state", t, state)
+        atomic_write_bytes(out / "config.yaml", yaml.safe_dump(trained, sort_keys=False).encode(), option="--out")
+        atomic_write_bytes(out / "metrics.json", (json.dumps(metrics, indent=2) + "\n").encode(), option="--out")
+        atomic_write_bytes(out / "README.md", model_card(trained, metrics, Path(run_dir)).encode(), option="--out")
+    except OSError as err:
+        raise ExportError(f"cannot write the export into {out}: {err}; give a writable --out") from err
+    return done, metrics
+
+
+# ---- evaluate an export -----------------------------------------------------------
+def export_config(folder: Path) -> Config:
+    """The Config of an export folder."""
+    path = Path(folder) / "config.yaml"
+    if not path.is_file():
+        raise ExportError(f"{folder} is not a norga export (no config.yaml); give a folder written by norga export")
+    try:
+        return from_dict(Config, with_new_defaults(yaml.safe_load(path.read_text())), "")
+    except ConfigError as err:
+        raise ConfigError(f"{path}: {err}") from err
+
+
+def evaluate_export(folder: Path) -> dict:
+    """Metrics of an export folder recomputed from its saved states (the run folder is not needed)."""
+    folder = Path(folder)
+    cfg = export_config(folder)
+    tasks = len(sorted((folder / "state").glob("task_*.safetensors")))
+    if tasks == 0:
+        raise ExportError(f"{folder} holds no saved state (state/task_00.safetensors); export the run again")
+    vit = build_vit(cfg)
+    bench = build_data(cfg, vit)
+    method = build_method(cfg, vit, bench.task_classes, resolve_device(cfg.device))
+    tracker = MetricsTracker(cfg, bench, method, None)
+    evaluator = Evaluator(cfg, bench, method)
+    for t in range(min(tasks, cfg.data.num_tasks)):
+        start = time.time()
+        method.load_state_dict(read_state(folder / "state", t), with_training_state=False)
+        with amp_mode(cfg.amp), compile_mode(cfg.compile):
+            evaluation = evaluator.seen_tasks(t)
+        tracker.record(t, evaluation, time.time() - start, config_to_dict(cfg))
+    metrics = tracker.metrics()
+    metrics["eval_seconds"] = metrics.pop("task_seconds")
+    return metrics
+
+
+# ---- push ---------------------------------------------------------------------------
+def push_export(folder: Path, repo: str) -> str:
+    """Upload ``folder`` to the Hugging Face Hub model repo ``repo`` (needs a token); the commit URL."""
+    try:
+        from huggingface_hub import HfApi, get_token
+    except ImportError as err:
+        raise ExportError("--push needs huggingface_hub: pip install huggingface_hub") from err
+    if not (os.environ.get("HF_TOKEN") or get_token()):
+        raise ExportError("--push needs a Hugging Face token: run `huggingface-cli login` or set HF_TOKEN "
+                          f"(the export in {folder} is complete)")
+    api = HfApi()
+    api.create_repo(repo, exist_ok=True)
+    return str(api.upload_folder(folder_path=str(folder), repo_id=repo, commit_message="norga export"))
