@@ -11,7 +11,12 @@ from .schema import DEFAULT_METHOD, MOVED_KEYS, Config
 
 
 def config_to_dict(cfg: Config) -> Dict[str, Any]:
-    return dataclasses.asdict(cfg)
+    """The config as plain data; an empty ``logging.trackers`` is left out (config.yaml and the config hash stay
+    those of a norga without trackers)."""
+    data = dataclasses.asdict(cfg)
+    if not data.get("logging", {}).get("trackers", True):
+        del data["logging"]["trackers"]
+    return data
 
 
 def from_dict(cls, raw: Dict[str, Any], prefix: str):

@@ -80,6 +80,18 @@ class MethodConfig:
 @dataclass
 class LoggingConfig:
     tensorboard: bool = _f(False)  # also write the per-epoch log as TensorBoard scalars to DIR/tensorboard/
+    # experiment trackers, any subset of TRACKER_NAMES (norga.toolkit.trackers); tensorboard: true means [tensorboard]
+    trackers: List[str] = _f([])
+
+    def __post_init__(self):
+        unknown = [name for name in self.trackers if name not in TRACKER_NAMES]
+        if unknown:
+            raise ConfigError(f"logging.trackers: unknown {unknown}; choose from {list(TRACKER_NAMES)}")
+        if len(set(self.trackers)) != len(self.trackers):
+            raise ConfigError(f"logging.trackers: {self.trackers} names a tracker twice")
+
+
+TRACKER_NAMES = ("tensorboard", "wandb", "mlflow")
 
 
 DEFAULT_METHOD = "norga"

@@ -31,7 +31,7 @@ MARKER = "norga-run.json"
 FORMAT = "norga-run"
 # what norga itself writes at the top of a run folder (train, eval, routes)
 NORGA_FILES = ("config.yaml", "metrics.json", "acc_matrix.csv", "log.txt", "epochs.jsonl", "eval.json", "routes.json",
-               MARKER)
+               "trackers.json", MARKER)
 NORGA_FOLDERS = ("checkpoints", "plots", "tensorboard")
 NORGA_NAMES = NORGA_FILES + NORGA_FOLDERS
 LOCK = ".lock"

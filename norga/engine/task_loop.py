@@ -30,6 +30,7 @@ from ..toolkit.devices import resolve_device
 from ..toolkit.distributed import distributed_session, is_main, world_size
 from ..toolkit.epochlog import epoch_log, progress_line
 from ..toolkit.feature_store import open_store
+from ..toolkit.trackers import TrackerSet, check_trackers, open_trackers, tracker_names
 from .evaluate import evaluate_task
 from ..toolkit.heads import class_mask
 from .loaders import task_loaders, test_loader  # noqa: F401 - re-exported for callers
@@ -134,6 +135,7 @@ def _train_in_folder(cfg: Config, run: RunDir, force: bool, feature_cache: Optio
     """run_training in this process (one of torchrun's processes, or the only one)."""
 
     changes: dict = {}
+    check_trackers(tracker_names(cfg.logging))  # a missing package or login: one line before anything is built
 
     def check(state) -> Optional[dict]:
         trained = verified_configs(run, state.done)
@@ -168,13 +170,17 @@ def _train_in_folder(cfg: Config, run: RunDir, force: bool, feature_cache: Optio
             log.info(f"new run in {run.root}\n{method.summary()}\n{bench.summary()}"
                      + (f"\n{world_size()} processes (torchrun), batch sizes are global" if world_size() > 1 else ""))
         evaluator = Evaluator(cfg, bench, method)
-        epochs = epoch_log(run.root, cfg.logging.tensorboard, done) if is_main() else contextlib.nullcontext()
-        with epochs, amp_mode(cfg.amp), compile_mode(cfg.compile), _status_on_stop(run, tracker, log):
+        names = tracker_names(cfg.logging)
+        trackers = open_trackers(run.root, names, config_to_dict(cfg), log) if is_main() else TrackerSet([])
+        epochs = epoch_log(run.root, False, done, trackers) if is_main() else contextlib.nullcontext()
+        with epochs, amp_mode(cfg.amp), compile_mode(cfg.compile), _status_on_stop(run, tracker, log, trackers):
             for t in range(done, bench.num_tasks):
                 _train_task(t, cfg, bench, method, tracker, run, evaluator, log, stamp)
+                trackers.task_row(t, tracker.metrics())
                 log.info(progress_line(tracker.times, bench.num_tasks))
                 if is_main():
                     write_run_plots(run.root, tracker.metrics(), log)  # never raises: a failed plot is a warning
+        trackers.finish(tracker.metrics(), "complete")
         if store is not None:
             log.info(store.summary())
         return tracker.metrics()
@@ -205,11 +211,13 @@ def method_state(saved: dict, method: Method, run: RunDir) -> dict:
 
 
 @contextlib.contextmanager
-def _status_on_stop(run: RunDir, tracker: "MetricsTracker", log) -> Iterator[None]:
+def _status_on_stop(run: RunDir, tracker: "MetricsTracker", log, trackers: TrackerSet) -> Iterator[None]:
     """Around the task loop: a divergence marks the folder ``status: failed``, Ctrl-C/SIGTERM ``interrupted``
-    (metrics.json of the saved tasks and a log line, at the task being trained); the error goes on to the caller."""
+    (metrics.json of the saved tasks and a log line, at the task being trained; the trackers get the same status,
+    any other error ends them as failed); the error goes on to the caller."""
     try:
-        yield
+        with _trackers_status(trackers, tracker):
+            yield
     except TrainingDiverged as err:
         if is_main():
             write_status(run, tracker.metrics(), "failed", tracker.done, str(err))
@@ -221,6 +229,19 @@ def _status_on_stop(run: RunDir, tracker: "MetricsTracker", log) -> Iterator[Non
             reason = f"interrupted (Ctrl-C or SIGTERM) during task {tracker.done}; the tasks before it are saved"
             log.warning(f"{reason}; run the same command again to resume with task {tracker.done}")
             write_status(run, tracker.metrics(), "interrupted", tracker.done, reason)
+        raise
+
+
+@contextlib.contextmanager
+def _trackers_status(trackers: TrackerSet, tracker: "MetricsTracker") -> Iterator[None]:
+    """Ends the trackers as ``interrupted`` on Ctrl-C/SIGTERM, ``failed`` on any other error."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        trackers.finish(tracker.metrics(), "interrupted")
+        raise
+    except BaseException:
+        trackers.finish(tracker.metrics(), "failed")
         raise
 
 

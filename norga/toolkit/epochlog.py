@@ -92,7 +92,8 @@ def read_epoch_log(path: Path) -> List[Dict[str, Any]]:
 class EpochLog:
     """Appends epoch records to ``run_dir/epochs.jsonl`` (and TensorBoard if asked)."""
 
-    def __init__(self, run_dir: Path, tensorboard: bool = False, completed_tasks: Optional[int] = None):
+    def __init__(self, run_dir: Path, tensorboard: bool = False, completed_tasks: Optional[int] = None,
+                 trackers=None):
         self.path = Path(run_dir) / FILENAME
         self.path.parent.mkdir(parents=True, exist_ok=True)
         kept = self._drop_unfinished(completed_tasks)
@@ -101,6 +102,7 @@ class EpochLog:
             stage = str(record.get("stage"))
             self._steps[stage] = self._steps.get(stage, 0) + 1
         self._writer = _summary_writer(Path(run_dir) / "tensorboard") if tensorboard else None
+        self._trackers = trackers  # a norga.toolkit.trackers.TrackerSet (its scalars(values, step)) or None
         self._file = open(self.path, "a", encoding="utf-8")
         self._start = time.time()
 
@@ -122,7 +124,7 @@ class EpochLog:
         record.update({k: _plain(v) for k, v in values.items() if v is not None})
         self._file.write(json.dumps(record) + "\n")
         self._file.flush()
-        if self._writer is not None:
+        if self._writer is not None or self._trackers is not None:
             self._write_scalars(record)
         return record
 
@@ -130,6 +132,7 @@ class EpochLog:
         stage = record["stage"]
         step = self._steps.get(stage, 0)
         self._steps[stage] = step + 1
+        scalars = {}
         for key, value in record.items():
             if key in ("stage", "epoch", "time", "elapsed"):
                 continue
@@ -137,7 +140,12 @@ class EpochLog:
             for i, v in enumerate(values):
                 if isinstance(v, (int, float)) and not isinstance(v, bool):
                     tag = f"{stage}/{key}" + (f"/{i}" if isinstance(value, list) else "")
-                    self._writer.add_scalar(tag, v, step)
+                    scalars[tag] = v
+        for tag, v in scalars.items():
+            if self._writer is not None:
+                self._writer.add_scalar(tag, v, step)
+        if self._trackers is not None:
+            self._trackers.scalars(scalars, step)
 
     def close(self) -> None:
         self._file.close()
@@ -157,10 +165,12 @@ def _summary_writer(folder: Path):
 
 
 @contextlib.contextmanager
-def epoch_log(run_dir: Path, tensorboard: bool = False, completed_tasks: Optional[int] = None) -> Iterator[EpochLog]:
-    """Open the run's epoch log and make it the current one for :func:`log_epoch`."""
+def epoch_log(run_dir: Path, tensorboard: bool = False, completed_tasks: Optional[int] = None,
+              trackers=None) -> Iterator[EpochLog]:
+    """Open the run's epoch log and make it the current one for :func:`log_epoch` (its scalars also go to
+    ``trackers``, a :class:`norga.toolkit.trackers.TrackerSet`, when given)."""
     global _current
-    log = EpochLog(run_dir, tensorboard=tensorboard, completed_tasks=completed_tasks)
+    log = EpochLog(run_dir, tensorboard=tensorboard, completed_tasks=completed_tasks, trackers=trackers)
     previous, _current = _current, log
     try:
         yield log
