@@ -93,3 +93,26 @@ def test_offline_wandb_and_file_mlflow_runs_resume(tmp_path, monkeypatch):
     assert sorted(m.step for m in rows) == [0, 1, 1, 2, 2]  # tasks 1 and 2 logged again by the resumed session
     assert client.get_run(ids["mlflow"]["run_id"]).info.status == "FINISHED"
     assert len(list((tmp_path / "wandb").glob(f"offline-run-*/run-{ids['wandb']['run_id']}.wandb"))) == 2
+
+
+def test_interrupted_run_ends_the_mlflow_run_killed(tmp_path, monkeypatch):
+    mlflow = pytest.importorskip("mlflow")
+    from norga.commands.cli import main as norga
+    from norga.engine import task_loop
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"file://{tmp_path}/mlruns")
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    real_task = task_loop._train_task
+
+    def stop_in_task_1(t, *args):
+        if t == 1:
+            raise KeyboardInterrupt
+        real_task(t, *args)
+
+    monkeypatch.setattr(task_loop, "_train_task", stop_in_task_1)
+    norga(["train", *train_args(tmp_path / "run"), "--set", "logging.trackers=[mlflow]"])
+    run_id = json.loads((tmp_path / "run" / "trackers.json").read_text())["mlflow"]["run_id"]
+    run = mlflow.MlflowClient().get_run(run_id)
+    assert run.info.status == "KILLED" and run.data.tags["norga.status"] == "interrupted"
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["status"] == "interrupted"

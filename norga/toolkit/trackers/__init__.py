@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Sequence
 
 from ...config import ConfigError
 from ...files import atomic_write_bytes
@@ -59,16 +59,20 @@ class TrackerSet:
         matrix = metrics.get("acc_matrix", [])
         values = {f"acc_row/task_{i:02d}": row[task] for i, row in enumerate(matrix)
                   if task < len(row) and isinstance(row[task], (int, float))}
-        values.update({f"running/{k}": metrics[k] for k in ("FA", "CA", "FM") if isinstance(metrics.get(k), (int, float))})
+        values.update({f"running/{k}": v for k, v in _scores(metrics).items()})
         self._each("scalars", values, task)
 
     def finish(self, metrics: dict, status: str) -> None:
         """Final FA/CA/FM (when any task finished) and the run's status; closes every tracker."""
-        final = {k: metrics[k] for k in ("FA", "CA", "FM") if isinstance(metrics.get(k), (int, float))}
-        self._each("finish", final, status)
+        self._each("finish", _scores(metrics), status)
 
     def close(self) -> None:
         self._each("close")
+
+
+def _scores(metrics: dict) -> Dict[str, float]:
+    """FA, CA and FM of metrics.json (those present: none before the first task is done)."""
+    return {k: metrics[k] for k in ("FA", "CA", "FM") if isinstance(metrics.get(k), (int, float))}
 
 
 def tracker_names(logging_cfg) -> List[str]:
