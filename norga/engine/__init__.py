@@ -4,6 +4,7 @@
 It drives any registered method through :class:`norga.methods.base.Method` and never names one.
 """
 from .dry_run import dry_run
-from .task_loop import evaluate_run, run_training
+from .saved_states import evaluate_run
+from .task_loop import run_training
 
 __all__ = ["dry_run", "evaluate_run", "run_training"]

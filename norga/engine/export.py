@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from pathlib import Path
 from typing import Any, Dict, Tuple
 
@@ -25,13 +24,9 @@ import yaml
 from ..config import Config, ConfigError, config_to_dict, from_dict
 from ..errors import NorgaError
 from ..files import atomic_write_bytes, sha256_file
-from ..methods import build_method
-from ..models.compilation import compile_mode
-from ..models.precision import amp_mode
-from ..toolkit.devices import resolve_device
 from .provenance import with_new_defaults
 from .run_identity import trained_config
-from .task_loop import Evaluator, MetricsTracker, build_data, build_vit
+from .saved_states import evaluate_states
 
 
 class ExportError(NorgaError, RuntimeError):
@@ -175,20 +170,8 @@ def evaluate_export(folder: Path) -> dict:
     tasks = len(sorted((folder / "state").glob("task_*.safetensors")))
     if tasks == 0:
         raise ExportError(f"{folder} holds no saved state (state/task_00.safetensors); export the run again")
-    vit = build_vit(cfg)
-    bench = build_data(cfg, vit)
-    method = build_method(cfg, vit, bench.task_classes, resolve_device(cfg.device))
-    tracker = MetricsTracker(cfg, bench, method, None)
-    evaluator = Evaluator(cfg, bench, method)
-    for t in range(min(tasks, cfg.data.num_tasks)):
-        start = time.time()
-        method.load_state_dict(read_state(folder / "state", t), with_training_state=False)
-        with amp_mode(cfg.amp), compile_mode(cfg.compile):
-            evaluation = evaluator.seen_tasks(t)
-        tracker.record(t, evaluation, time.time() - start, config_to_dict(cfg))
-    metrics = tracker.metrics()
-    metrics["eval_seconds"] = metrics.pop("task_seconds")
-    return metrics
+    recorded = config_to_dict(cfg)
+    return evaluate_states(cfg, tasks, lambda method, t: (read_state(folder / "state", t), recorded))
 
 
 # ---- push ---------------------------------------------------------------------------

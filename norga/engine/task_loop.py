@@ -10,7 +10,7 @@ import contextlib
 import dataclasses
 import time
 from pathlib import Path
-from typing import Iterator, Optional, Sequence
+from typing import Iterator, Optional
 
 import torch
 from torch.utils.data import DataLoader
@@ -39,7 +39,6 @@ from ..toolkit.seeding import seed_everything, task_seed
 from ..toolkit.loss_watch import watching
 from .lifecycle import (attach_evaluation, chance_warning, check_finite, diverged_to_chance, finished_metrics,
                         saved_evaluation, task_context, write_results, write_status)
-from .eval_config import evaluation_config, requested_config
 from .provenance import (RunConfigMismatch, affects_results, change_line, check_run_config,  # noqa: F401
                          config_history, history_note, with_new_defaults)
 from .run_identity import check_config_file, check_same_method, claim_folder, trained_config, verified_configs
@@ -286,34 +285,3 @@ def load_run_config(run_dir: Path) -> Config:
         return from_dict(Config, with_new_defaults(trained), "")
     except ConfigError as err:
         raise ConfigError(f"{run_dir}: the config its checkpoints record: {err}") from err
-
-
-def evaluate_run(run_dir: Path, config_file: Optional[str] = None, overrides: Sequence[str] = ()) -> dict:
-    """Recompute the accuracy matrix of a (partial) run from its verified per-task checkpoints.
-
-    Evaluates with the config the checkpoints were trained with; ``config_file`` / ``overrides`` (``--config`` /
-    ``--set``) may change only its evaluation keys (:mod:`norga.engine.eval_config`; ``eval_overrides`` in the
-    result). A corrupt checkpoint is an error naming it (training would redo that task); ``eval_seconds``
-    holds the evaluation time after each task (no training times: nothing is trained here).
-    """
-    run, done, trained = trained_config(run_dir)
-    requested = requested_config(trained, config_file, list(overrides))
-    evaluated, changed = evaluation_config(trained, requested and config_to_dict(resolve_config(requested)))
-    cfg = from_dict(Config, evaluated, "")
-    with distributed_session(cfg.device):  # under torchrun each process evaluates a part of every test set
-        vit = build_vit(cfg)
-        bench = build_data(cfg, vit)
-        method = build_method(cfg, vit, bench.task_classes, resolve_device(cfg.device))
-        tracker = MetricsTracker(cfg, bench, method, None)
-        evaluator = Evaluator(cfg, bench, method)
-        for t in range(min(done, cfg.data.num_tasks)):
-            start = time.time()
-            saved = run.load_checkpoint(t)
-            method.load_state_dict(method_state(saved, method, run), with_training_state=False)
-            with amp_mode(cfg.amp), compile_mode(cfg.compile):
-                evaluation = evaluator.seen_tasks(t)
-            tracker.record(t, evaluation, time.time() - start, saved.get("config"))
-    metrics = tracker.metrics()
-    metrics["eval_seconds"] = metrics.pop("task_seconds")
-    metrics["eval_overrides"] = changed
-    return metrics
