@@ -23,7 +23,7 @@ import yaml
 
 from ..config import Config, ConfigError, config_to_dict, from_dict
 from ..errors import NorgaError
-from ..files import atomic_write_bytes, sha256_file
+from ..files import atomic_write_bytes
 from .provenance import with_new_defaults
 from .run_identity import trained_config
 from .saved_states import evaluate_states
@@ -86,14 +86,12 @@ def read_state(folder: Path, task: int) -> dict:
 
 
 # ---- export --------------------------------------------------------------------
-def backbone_checksum(model: dict) -> str:
-    """sha256 of the backbone's local weights file, or what the weights are when there is no such file."""
-    checkpoint = model.get("checkpoint")
-    if checkpoint and Path(checkpoint).is_file():
-        return sha256_file(Path(checkpoint))
-    if checkpoint:
-        return f"not computed ({checkpoint} is not a local file here)"
-    return "timm pretrained weights" if model.get("pretrained") else "none (randomly initialised backbone)"
+def backbone_checksum(backbone: dict) -> str:
+    """The checksum metrics.json recorded for the weights the run was trained with (a local file or a Hub
+    file: first 16 hex digits of its sha256), or what the weights are when there was no such file."""
+    if backbone.get("checkpoint_sha256_16"):
+        return f"{backbone['checkpoint_sha256_16']} (first 16 hex digits)"
+    return "timm pretrained weights" if backbone.get("pretrained") else "none (randomly initialised backbone)"
 
 
 def model_card(cfg: dict, metrics: dict, run_dir: Path) -> str:
@@ -110,7 +108,7 @@ def model_card(cfg: dict, metrics: dict, run_dir: Path) -> str:
         "| | |", "|---|---|",
         f"| method | {cfg.get('method', {}).get('name')} |",
         f"| backbone | {backbone} (checkpoint: {model.get('checkpoint')}) |",
-        f"| backbone sha256 | {backbone_checksum(model)} |",
+        f"| backbone sha256 | {backbone_checksum(metrics.get('backbone', {}))} |",
         f"| benchmark | {data.get('name')}, {data.get('num_tasks')} tasks |",
         f"| seed | {cfg.get('seed')} |",
         f"| FA / CA / FM | {number('FA')} / {number('CA')} / {number('FM')} |",

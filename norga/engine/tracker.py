@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import copy
-import hashlib
 import platform
+from pathlib import Path
 from typing import Optional
 
 import numpy
@@ -12,6 +12,7 @@ import torch
 import torchvision
 
 from ..config import Config
+from ..files import sha256_file
 from ..methods.base import Method
 from ..models.hub_weights import weights_file
 from ..reports.metrics import empty_matrix, summarize
@@ -21,13 +22,7 @@ from .run_folder import code_version
 
 def checkpoint_id(path: Optional[str]) -> Optional[str]:
     """sha256 of a local checkpoint file (first 16 hex digits), or None (a Hub file: its path in the cache)."""
-    if not path:
-        return None
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()[:16]
+    return sha256_file(Path(path))[:16] if path else None
 
 
 class MetricsTracker:
