@@ -135,6 +135,61 @@ def test_report_numbers_by_hand(tmp_path):
     assert not math.isnan(fa["std"])
 
 
+def test_protocols_keep_cells_of_different_protocols_apart(tmp_path):
+    """Cells of two protocols: each names its own, selection by protocol, one report table per protocol."""
+    smoke = str(REPO / "configs" / "smoke.yaml")
+    cell = {"table": 1, "benchmark": "synthetic", "backbone": "tiny", "config": smoke, "source": "x"}
+    raw = {"paper": "test", "seeds": [0], "protocol": "p10",
+           "protocols": {"p10": {"label": "10 tasks, seed 1993"}, "p20": {"label": "20 tasks, seed 1993"}},
+           "cells": [{**cell, "id": "a", "method": "slca", "published": {"FA": [91.5, None]}},
+                     {**cell, "id": "b", "method": "mos", "protocol": "p20", "published": {"FA": [89.0, None]}}]}
+    path = tmp_path / "m.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    m = load_manifest(path)
+    assert [(c.id, c.protocol, c.protocol_label) for c in m.cells] == [
+        ("a", "p10", "10 tasks, seed 1993"), ("b", "p20", "20 tasks, seed 1993")]
+    assert [c.id for c in select(m, protocols=["p20"])] == ["b"]
+    with pytest.raises(ManifestError, match="unknown protocol 'p5'; valid: p10, p20"):
+        select(m, protocols=["p5"])
+    out = tmp_path / "out"
+    put_run(out / "a" / "seed0", 0.90, 0.95, 0.02)
+    put_run(out / "b" / "seed0", 0.88, 0.93, 0.03)
+    text = write_report(aggregate(m.cells, out), out, "two protocols")[0].read_text()
+    head_a, head_b = "## Protocol `p10`: 10 tasks, seed 1993", "## Protocol `p20`: 20 tasks, seed 1993"
+    assert text.index(head_a) < text.index("| a | FA |") < text.index(head_b) < text.index("| b | FA |")
+    readme = tmp_path / "README.md"
+    readme.write_text("<!-- reproduce:gpu -->\n<!-- /reproduce:gpu -->\n")
+    assert fill_readme(readme, aggregate(m.cells, out)) == 2
+    lines = readme.read_text().splitlines()
+    assert lines.index("Protocol `p10`: 10 tasks, seed 1993:") < lines.index("| a | 1 | FA | 90.00 | 91.50 | -1.50 | – |")
+    assert lines.index("Protocol `p20`: 20 tasks, seed 1993:") < lines.index("| b | 1 | FA | 88.00 | 89.00 | -1.00 | – |")
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"protocols": {"p10": {}}}, "protocols must map each name to a mapping with a label"),
+    ({"protocol": "p99"}, "protocol 'p99' is not under protocols: .defined: \\['p10'\\]"),
+    ({"protocol": None}, "cell a: missing key 'protocol'"),
+    ({"cell_protocol": "p20"}, "cell a: unknown protocol 'p20'; the manifest defines \\['p10'\\]"),
+    ({"protocols": None, "protocol": None, "cell_protocol": "p10"}, "cell a: unknown protocol 'p10'; define it under"),
+])
+def test_protocol_mistakes_are_one_error_naming_the_fix(tmp_path, change, message):
+    raw = {"paper": "t", "protocol": "p10", "protocols": {"p10": {"label": "ten"}},
+           "cells": [{"id": "a", "table": 1, "benchmark": "b", "backbone": "r", "method": "m", "config": None,
+                      "missing": "x"}]}
+    raw.update({k: v for k, v in change.items() if k != "cell_protocol"})
+    if "cell_protocol" in change:
+        raw["cells"][0]["protocol"] = change["cell_protocol"]
+    path = tmp_path / "m.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    with pytest.raises(ManifestError, match=message):
+        load_manifest(path)
+
+
+def test_the_shipped_manifest_names_its_protocol():
+    m = load_manifest(PAPER)
+    assert set(m.protocols) == {"norga_paper"} and {c.protocol for c in m.cells} == {"norga_paper"}
+
+
 # ---- the tiny grid end to end -------------------------------------------------------------------------------
 def tiny_manifest(tmp: Path) -> Path:
     cells = [{"id": f"tiny-{m}", "table": 1, "benchmark": "synthetic", "backbone": "tiny", "method": m,

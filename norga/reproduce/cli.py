@@ -31,7 +31,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--manifest", default=None, metavar="FILE|NAME",
                    help=f"a manifest file, or the name of a shipped one (default: the shipped {DEFAULT_NAME}; "
                    f"{QUICK_NAME} with --quick-gpu); a name that is also an existing file is read as the file")
-    p.add_argument("--table", type=int, default=None, help="the paper's table (1 or 2; default: all)")
+    p.add_argument("--table", type=int, default=None, help="the manifest's table (the paper's: 1 or 2; default: all)")
+    p.add_argument("--protocol", dest="protocols", nargs="+", default=[], metavar="NAME",
+                   help="only the cells of these protocols (the manifest's protocols:; default: all)")
     p.add_argument("--rows", nargs="+", default=[], metavar="ROW", help="backbone rows, e.g. sup21k ibot21k")
     p.add_argument("--only", nargs="+", default=[], metavar="NAME",
                    help="methods (norga hideprompt ...), benchmarks (cifar100 ...) or cell-id patterns (t1-cifar100-*)")
@@ -64,7 +66,11 @@ def print_plan(cells, runs, configs, manifest, measure: bool) -> None:
     rates, total, by_cell, lacking = {}, 0.0, {}, 0
     for run, cfg in zip(runs, configs):
         by_cell.setdefault(run.cell.id, []).append((run, cfg))
+    shown_protocol = None
     for cell in cells:
+        if len(manifest.protocols) > 1 and cell.protocol != shown_protocol:
+            shown_protocol = cell.protocol
+            print(f"== protocol {cell.protocol}: {cell.protocol_label}")
         print(f"{cell.id}  [{cell.source}]" + (f"  note: {cell.note}" if cell.note else ""))
         if not cell.runnable:
             print(f"    not runnable: {cell.missing}")
@@ -154,7 +160,7 @@ def run_reproduce(args) -> int:
     if args.seeds is not None and args.seeds < 1:
         raise ManifestError(f"--seeds: expected a number of seeds >= 1, got {args.seeds}")
     manifest = load_manifest(manifest_file(args.manifest, args.quick_gpu))
-    cells = select(manifest, args.table, args.rows, args.only, parse_shard(args.shard))
+    cells = select(manifest, args.table, args.rows, args.only, parse_shard(args.shard), args.protocols)
     if not cells:
         raise ManifestError("the selection (--table/--rows/--only/--shard) leaves no cell")
     out = args.out or Path("runs") / ("quick_gpu" if args.quick_gpu else "reproduce")

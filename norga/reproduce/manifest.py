@@ -7,7 +7,9 @@
 A cell names a benchmark, a method, a backbone row (``model.preset``), its seeds, the shipped config it runs
 (``config`` + ``overrides``), the published numbers (``published: {FA: [mean, std]}``, in %, std ``null`` where
 the paper prints none) and their ``source``. ``config: null`` with ``missing: why`` is a published cell that
-cannot be run. The quick GPU check's manifest gives ``expected: {FA: [low, high]}`` ranges instead. Every
+cannot be run. A manifest may hold cells of several protocols (task split, class order, seeds, backbone, metric:
+``protocols: {name: {label: ...}}``, a default ``protocol:`` at the top, a cell's own ``protocol:``); the report
+puts each protocol in its own table, so no number is compared across protocols. The quick GPU check's manifest gives ``expected: {FA: [low, high]}`` ranges instead. Every
 mistake in a manifest raises :class:`ManifestError` naming the entry and the key. A shipped manifest's
 ``config`` names a shipped config; another manifest's is a file relative to its folder or one of its parents,
 else a shipped config's name.
@@ -50,6 +52,8 @@ class Cell:
     source: str = ""
     missing: Optional[str] = None
     note: Optional[str] = None
+    protocol: str = ""  # a key of the manifest's ``protocols`` ("" when the manifest defines none)
+    protocol_label: str = ""
 
     @property
     def runnable(self) -> bool:
@@ -69,6 +73,7 @@ class Manifest:
     backbones: Dict[str, dict]
     methods: Dict[str, str]
     tables: Dict[int, str]
+    protocols: Dict[str, dict] = field(default_factory=dict)  # name -> {label: ..., ...}
 
 
 def manifest_file(given: Optional[str], quick: bool = False) -> Path:
@@ -116,7 +121,32 @@ def _pairs(entry_id: str, key: str, value, allow_null_second: bool) -> Dict[str,
     return out
 
 
-def _cell(path: Path, raw: dict, default_seeds: Sequence[int], known: Dict[str, dict]) -> Cell:
+def _protocols(path: Path, raw: dict) -> Tuple[Dict[str, dict], str]:
+    """The manifest's ``protocols`` (each a mapping with a ``label``) and its default ``protocol`` name."""
+    protocols = raw.get("protocols") or {}
+    if not isinstance(protocols, dict) or not all(isinstance(v, dict) and v.get("label") for v in protocols.values()):
+        raise ManifestError(f"{path}: protocols must map each name to a mapping with a label, e.g. "
+                            "{pilot_10x10: {label: \"10 tasks of 10 classes, seed 1993\"}}")
+    default = str(raw.get("protocol") or "")
+    if default and default not in protocols:
+        raise ManifestError(f"{path}: protocol {default!r} is not under protocols: (defined: {sorted(protocols)})")
+    return protocols, default
+
+
+def _cell_protocol(path: Path, entry_id: str, raw: dict, protocols: Dict[str, dict], default: str) -> str:
+    name = str(raw.get("protocol") or default)
+    if protocols and not name:
+        raise ManifestError(f"{path}: cell {entry_id}: missing key 'protocol' (one of {sorted(protocols)}; or a "
+                            "default protocol: at the top)")
+    if name and name not in protocols:
+        raise ManifestError(f"{path}: cell {entry_id}: unknown protocol {name!r}; "
+                            + (f"the manifest defines {sorted(protocols)}" if protocols
+                               else "define it under protocols: {NAME: {label: ...}}"))
+    return name
+
+
+def _cell(path: Path, raw: dict, default_seeds: Sequence[int], known: Dict[str, dict],
+          protocols: Dict[str, dict], default_protocol: str) -> Cell:
     """One ``cells:`` entry, checked against the manifest's benchmarks, backbones and methods."""
     entry_id = raw.get("id") or "?"
     for key in ("id", "table", "benchmark", "backbone", "method"):
@@ -134,6 +164,7 @@ def _cell(path: Path, raw: dict, default_seeds: Sequence[int], known: Dict[str, 
         if config_path is None:
             raise ManifestError(f"{path}: cell {entry_id}: config {raw['config']!r} not found (relative to the "
                                 "manifest's folder or one of its parents, nor a shipped config's name)")
+    protocol = _cell_protocol(path, entry_id, raw, protocols, default_protocol)
     seeds = raw.get("seeds", default_seeds)
     if not seeds or not all(isinstance(s, int) for s in seeds):
         raise ManifestError(f"{path}: cell {entry_id}: seeds must be a non-empty list of integers, got {seeds!r}")
@@ -142,7 +173,8 @@ def _cell(path: Path, raw: dict, default_seeds: Sequence[int], known: Dict[str, 
                 overrides=tuple(str(o) for o in raw.get("overrides") or ()),
                 published=_pairs(entry_id, "published", raw.get("published"), True),
                 expected=_pairs(entry_id, "expected", raw.get("expected"), False),
-                source=str(raw.get("source", "")), missing=raw.get("missing"), note=raw.get("note"))
+                source=str(raw.get("source", "")), missing=raw.get("missing"), note=raw.get("note"),
+                protocol=protocol, protocol_label=str(protocols[protocol]["label"]) if protocol else "")
 
 
 def load_manifest(path) -> Manifest:
@@ -158,13 +190,14 @@ def load_manifest(path) -> Manifest:
         raise ManifestError(f"{path}: needs a non-empty list under cells:")
     known = {"benchmark": raw.get("benchmarks") or {}, "backbone": raw.get("backbones") or {},
              "method": raw.get("methods") or {}}
-    cells = tuple(_cell(path, c, raw.get("seeds") or [42], known) for c in raw["cells"])
+    protocols, default_protocol = _protocols(path, raw)
+    cells = tuple(_cell(path, c, raw.get("seeds") or [42], known, protocols, default_protocol) for c in raw["cells"])
     duplicates = sorted({c.id for c in cells if sum(d.id == c.id for d in cells) > 1})
     if duplicates:
         raise ManifestError(f"{path}: cell ids must be unique; repeated: {', '.join(duplicates)}")
     return Manifest(path=path, paper=str(raw.get("paper", "")), cells=cells, benchmarks=known["benchmark"],
                     backbones=known["backbone"], methods=known["method"],
-                    tables={int(k): str(v) for k, v in (raw.get("tables") or {}).items()})
+                    tables={int(k): str(v) for k, v in (raw.get("tables") or {}).items()}, protocols=protocols)
 
 
 def parse_shard(text: Optional[str]) -> Optional[Tuple[int, int]]:
@@ -187,10 +220,14 @@ def _check_names(kind: str, given: Sequence[str], valid: Sequence[str]) -> None:
 
 
 def select(manifest: Manifest, table: Optional[int] = None, rows: Sequence[str] = (), only: Sequence[str] = (),
-           shard: Optional[Tuple[int, int]] = None) -> List[Cell]:
-    """The cells of ``table`` on the backbone ``rows``, restricted by ``only`` (method names, benchmark names or
-    cell-id patterns such as ``t1-cifar100-*``), then shard i of n (every n-th cell from i, in manifest order)."""
+           shard: Optional[Tuple[int, int]] = None, protocols: Sequence[str] = ()) -> List[Cell]:
+    """The cells of ``table`` on the backbone ``rows`` under the named ``protocols``, restricted by ``only``
+    (method names, benchmark names or cell-id patterns such as ``t1-cifar100-*``), then shard i of n (every n-th
+    cell from i, in manifest order)."""
     cells = list(manifest.cells)
+    if protocols:
+        _check_names("protocol", protocols, sorted({c.protocol for c in cells}))
+        cells = [c for c in cells if c.protocol in protocols]
     if table is not None:
         _check_names("table", [table], sorted({c.table for c in cells}))
         cells = [c for c in cells if c.table == table]

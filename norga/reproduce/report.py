@@ -8,7 +8,8 @@ listed, never averaged. Values in % (FM in percentage points), taken from ``metr
 when it has one (the authors' reporting: every class competes at evaluation; FA is the same either way), else
 from its top level. Statistics: :func:`norga.reports.summary_stats.describe` (sample std, n - 1). A metric is *within*
 when |ours − published| ≤ the published std (no decision where the paper prints no std); a quick-check cell with
-an ``expected: [low, high]`` range is *within* when our mean lies in it.
+an ``expected: [low, high]`` range is *within* when our mean lies in it. Cells of different protocols (task split,
+class order, seeds: :mod:`norga.reproduce.manifest`) get one table each, headed by the protocol's label.
 """
 from __future__ import annotations
 
@@ -59,7 +60,8 @@ def aggregate(cells: Sequence[Cell], out: Path, seeds: Optional[int] = None) -> 
         figure = next((runs[s] / "plots" / "acc_matrix.png" for s in values
                        if (runs[s] / "plots" / "acc_matrix.png").is_file()), None)
         rows.append({"cell": cell.id, "table": cell.table, "benchmark": cell.benchmark, "backbone": cell.backbone,
-                     "method": cell.method, "source": cell.source, "runnable": cell.runnable,
+                     "method": cell.method, "protocol": cell.protocol, "protocol_label": cell.protocol_label,
+                     "source": cell.source, "runnable": cell.runnable,
                      "missing": cell.missing, "seeds": list(cell.seeds), "complete_seeds": sorted(values),
                      "status": {str(k): v for k, v in status.items()},
                      "figure": str(figure) if figure else None,
@@ -79,13 +81,19 @@ def _within(value: Optional[bool]) -> str:
     return {True: "yes", False: "**no**", None: "–"}[value]
 
 
-def markdown(rows: Sequence[dict], title: str, out: Path) -> str:
-    """The report as Markdown: one table line per cell and metric, figures linked relative to ``out``."""
-    lines = [f"# {title}", "",
-             "Ours: mean ± sample std over the complete seeds (n), in % (FM in points), from each run's "
-             "`metrics.json` (`official` block: the authors' reporting). Difference = ours − published; "
-             "within = |difference| ≤ published std (quick check: ours inside the expected range).", "",
-             "| cell | metric | n | ours | published (expected) | difference | within | runs |", "|---|---|---|---|---|---|---|---|"]
+def by_protocol(rows: Sequence[dict]) -> List[tuple]:
+    """[(protocol label, its rows)] in first-appearance order; one group labelled "" when all rows share one."""
+    groups: Dict[str, List[dict]] = {}
+    for row in rows:
+        groups.setdefault(row.get("protocol") or "", []).append(row)
+    if len(groups) <= 1:
+        return [("", list(rows))]
+    return [(f"Protocol `{name}`: {group[0].get('protocol_label') or name}", group) for name, group in groups.items()]
+
+
+def _report_table(rows: Sequence[dict]) -> List[str]:
+    lines = ["| cell | metric | n | ours | published (expected) | difference | within | runs |",
+             "|---|---|---|---|---|---|---|---|"]
     for row in rows:
         runs = ", ".join(f"{s}: {v}" for s, v in row["status"].items()) or f"not runnable: {row['missing']}"
         for m in row["metrics"]:
@@ -93,6 +101,18 @@ def markdown(rows: Sequence[dict], title: str, out: Path) -> str:
                    else "[{:.2f}, {:.2f}]".format(*m["expected"]))
             lines.append(f"| {row['cell']} | {m['metric']} | {m['n']} | {_num(m['mean'], m['std'])} | {ref} | "
                          f"{_num(m.get('difference'), sign=True)} | {_within(m.get('within'))} | {runs} |")
+    return lines
+
+
+def markdown(rows: Sequence[dict], title: str, out: Path) -> str:
+    """The report as Markdown: one table line per cell and metric (a table per protocol), figures linked relative
+    to ``out``."""
+    lines = [f"# {title}", "",
+             "Ours: mean ± sample std over the complete seeds (n), in % (FM in points), from each run's "
+             "`metrics.json` (`official` block: the authors' reporting). Difference = ours − published; "
+             "within = |difference| ≤ published std (quick check: ours inside the expected range).", ""]
+    for label, group in by_protocol(rows):
+        lines += ([f"## {label}", ""] if label else []) + _report_table(group) + ([""] if label else [])
     figures = [r for r in rows if r["figure"]]
     if figures:
         lines += ["", "## Accuracy matrices (first complete seed of each cell)", ""]
@@ -114,14 +134,19 @@ README_MARK = "reproduce:gpu"  # README.md's "reproduced on GPU" table sits betw
 
 
 def summary_lines(rows: Sequence[dict]) -> List[str]:
-    """The compact table of the README: one line per cell with complete runs, FA/CA/FM ours vs published."""
-    lines = ["| cell | seeds | metric | ours | published | difference | within std |", "|---|---|---|---|---|---|---|"]
-    for row in rows:
-        for m in row["metrics"]:
-            if m["n"] and "published" in m:
-                lines.append(f"| {row['cell']} | {m['n']} | {m['metric']} | {_num(m['mean'], m['std'])} | "
-                             f"{_num(m['published'], m.get('published_std'))} | "
-                             f"{_num(m['difference'], sign=True)} | {_within(m['within'])} |")
+    """The compact table of the README: one line per cell with complete runs, FA/CA/FM ours vs published (a table
+    per protocol, each after a line naming it, when the rows hold several)."""
+    lines: List[str] = []
+    for label, group in by_protocol(rows):
+        lines += ([f"{label}:", ""] if label else []) + [
+            "| cell | seeds | metric | ours | published | difference | within std |", "|---|---|---|---|---|---|---|"]
+        for row in group:
+            for m in row["metrics"]:
+                if m["n"] and "published" in m:
+                    lines.append(f"| {row['cell']} | {m['n']} | {m['metric']} | {_num(m['mean'], m['std'])} | "
+                                 f"{_num(m['published'], m.get('published_std'))} | "
+                                 f"{_num(m['difference'], sign=True)} | {_within(m['within'])} |")
+        lines += [""] if label else []
     return lines
 
 
@@ -137,4 +162,4 @@ def fill_readme(path: Path, rows: Sequence[dict]) -> int:
     tail = rest.split(end, 1)[1]
     lines = summary_lines(rows)
     atomic_write_bytes(path, (head + start + "\n".join(lines) + "\n" + end + tail).encode())
-    return len(lines) - 2
+    return sum(line.startswith("| ") and not line.startswith("| cell |") for line in lines)
