@@ -19,8 +19,10 @@ def add_export_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_export(args: argparse.Namespace) -> int:
     check_environment()
-    from ..engine.export import export_run, push_export
+    from ..engine.export import check_repo_id, export_run, push_export
 
+    if args.push:
+        check_repo_id(args.push)  # a mistyped repo id before the export is written
     done, metrics = export_run(args.run, args.out)
     print(f"exported {done} task(s) of {args.run} (FA {metrics.get('FA')}) -> {args.out}")
     if args.push:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any, Dict, Tuple
 
@@ -173,15 +174,35 @@ def evaluate_export(folder: Path) -> dict:
 
 
 # ---- push ---------------------------------------------------------------------------
+REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def check_repo_id(repo: str) -> None:
+    """``ORG/NAME`` (letters, digits, ``._-``), checked before anything is exported."""
+    if not REPO_ID.match(repo or "") or ".." in repo or len(repo) > 96:
+        raise ExportError(f"--push {repo!r}: expected a Hugging Face model repo id ORG/NAME, e.g. my-lab/norga-cifar100")
+
+
 def push_export(folder: Path, repo: str) -> str:
-    """Upload ``folder`` to the Hugging Face Hub model repo ``repo`` (needs a token); the commit URL."""
+    """Upload ``folder`` to the Hugging Face Hub model repo ``repo`` (created if missing; needs a token; honours
+    ``HF_ENDPOINT`` and ``HF_HUB_OFFLINE``); returns the commit URL. Any failure is one :class:`ExportError` line
+    that says the export itself is complete and how to retry the upload alone."""
+    check_repo_id(repo)
     try:
         from huggingface_hub import HfApi, get_token
     except ImportError as err:
         raise ExportError("--push needs huggingface_hub: pip install huggingface_hub") from err
+    retry = f"the export in {folder} is complete; upload it later with `hf upload {repo} {folder} .`"
+    if os.environ.get("HF_HUB_OFFLINE", "").upper() in {"1", "ON", "YES", "TRUE"}:
+        raise ExportError(f"--push: HF_HUB_OFFLINE is set, nothing was uploaded ({retry})")
     if not (os.environ.get("HF_TOKEN") or get_token()):
         raise ExportError("--push needs a Hugging Face token: run `huggingface-cli login` or set HF_TOKEN "
                           f"(the export in {folder} is complete)")
     api = HfApi()
-    api.create_repo(repo, exist_ok=True)
-    return str(api.upload_folder(folder_path=str(folder), repo_id=repo, commit_message="norga export"))
+    try:
+        api.create_repo(repo, exist_ok=True, repo_type="model")
+        return str(api.upload_folder(folder_path=str(folder), repo_id=repo, repo_type="model",
+                                     commit_message=f"norga export of {folder.name}"))
+    except Exception as err:  # network, HTTP (401/403/404/5xx), offline mode: all end the same way
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise ExportError(f"--push to {repo} failed: {type(err).__name__}: {first} ({retry})") from err
