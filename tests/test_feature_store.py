@@ -148,3 +148,27 @@ def test_same_metrics_with_and_without_the_store_and_a_second_seed_reuses_rows(t
     assert same_except_times(second, run(1, False))
     assert same_method_states(tmp_path / "s1_plain", tmp_path / "s1_store")
     assert second["class_order"] != json.loads((tmp_path / "s0_store" / "metrics.json").read_text())["class_order"]
+
+
+@pytest.mark.integration
+def test_reproduce_shares_one_store_across_the_seeds_of_a_grid(tmp_path, capsys):
+    """norga reproduce --feature-cache: the second seed of a cell computes no frozen row; the printed commands
+    carry the store."""
+    import yaml
+
+    from norga.commands.cli import main as norga
+
+    weights = tmp_path / "tiny.pth"
+    torch.save(tiny_vit(7).state_dict(), weights)
+    manifest = tmp_path / "grid.yaml"
+    manifest.write_text(yaml.safe_dump({"paper": "t", "seeds": [0, 1], "cells": [
+        {"id": "c", "table": 1, "benchmark": "synthetic", "backbone": "tiny", "method": "simplecil",
+         "config": str(SIMPLECIL), "overrides": [f"model.checkpoint={weights}"], "expected": {"FA": [0, 100]}}]}))
+    common = ["reproduce", "--manifest", str(manifest), "--out", str(tmp_path / "grid"),
+              "--feature-cache", str(tmp_path / "cache")]
+    assert norga(common + ["--print-commands"]) == 0
+    assert capsys.readouterr().out.count(f"--feature-cache {tmp_path / 'cache'}") == 2
+    assert norga(common) == 0
+    assert store_counts(tmp_path / "grid" / "c" / "seed0")[1] > 0
+    read, computed = store_counts(tmp_path / "grid" / "c" / "seed1")
+    assert computed == 0 and read > 0

@@ -52,6 +52,9 @@ def parser() -> argparse.ArgumentParser:
     mode.add_argument("--dry-run", action="store_true", help="list the runs with status and estimated time/memory")
     mode.add_argument("--report", action="store_true", help="only (re)write the report from the run folders")
     mode.add_argument("--print-commands", action="store_true", help="print one norga train command per run")
+    p.add_argument("--feature-cache", type=Path, default=None, metavar="DIR",
+                   help="a frozen-feature store shared by every run (norga train --feature-cache; docs/feature-store.md): "
+                        "the seeds and cells of one backbone and data set compute each frozen feature once")
     p.add_argument("--nproc", type=int, default=1, help="with --print-commands: torchrun processes per run")
     p.add_argument("--no-estimate", action="store_true", help="--dry-run without the timing measurement")
     p.add_argument("--readme", type=Path, default=None, metavar="README.md",
@@ -113,7 +116,7 @@ def execute(args, cells, runs, out: Path, title: str) -> int:
             print(line, flush=True)
 
     if not args.quick_gpu:
-        failures = run_all(runs, log)
+        failures = run_all(runs, log, args.feature_cache)
         quick = None
     else:
         from .quick import peak_memory_mib, stage_timings
@@ -121,7 +124,7 @@ def execute(args, cells, runs, out: Path, title: str) -> int:
         failures, quick = [], {"runs": {}}
         peak_memory_mib(reset=True)
         for run_ in runs:
-            failures += run_all([run_], log)
+            failures += run_all([run_], log, args.feature_cache)
             quick["runs"][f"{run_.cell.id}/seed{run_.seed}"] = {
                 "stages": stage_timings(run_.folder, run_.config()), "peak_mib": peak_memory_mib(reset=True)}
         rates = est.measure_rates(runs[0].config()) if runs else None
@@ -179,7 +182,7 @@ def run_reproduce(args) -> int:
         print(expected_line(runs, configs, manifest))
     if args.print_commands:
         for run_ in runs:
-            print(f"{run_.command(args.nproc)}   # {run_.status()}")
+            print(f"{run_.command(args.nproc, args.feature_cache)}   # {run_.status()}")
         return 0
     if args.dry_run:
         if not args.no_estimate and runs:

@@ -45,10 +45,11 @@ class Run:
         """``complete`` (counts in the report), ``failed``, ``partial`` (started: resumes) or ``missing``."""
         return folder_status(self.folder)
 
-    def command(self, nproc: int = 1) -> str:
+    def command(self, nproc: int = 1, feature_cache: Optional[Path] = None) -> str:
         """The equivalent ``norga train`` command line (``torchrun --nproc_per_node N -m norga train`` for N > 1)."""
         head = ["norga", "train"] if nproc <= 1 else ["torchrun", f"--nproc_per_node={nproc}", "-m", "norga", "train"]
         args = ["--config", _short(self.cell.config_path), "--output-dir", str(self.folder)]
+        args += ["--feature-cache", str(feature_cache)] if feature_cache is not None else []
         for item in self.overrides:
             args += ["--set", item]
         return " ".join(shlex.quote(a) for a in head + args)
@@ -126,8 +127,10 @@ def check_configs(runs: Sequence[Run]) -> List:
     return configs
 
 
-def run_all(runs: Sequence[Run], log=print) -> List[Tuple[Run, str, bool]]:
+def run_all(runs: Sequence[Run], log=print, feature_cache: Optional[Path] = None) -> List[Tuple[Run, str, bool]]:
     """Train every run not yet complete, in order; a run that fails is reported and the next one starts.
+    ``feature_cache``: the frozen-feature store every run reads and fills (``norga train --feature-cache``), so
+    the seeds and cells of one backbone and data set compute each frozen feature once.
 
     Returns (run, one-line reason, diverged) per failed run. Finished runs return at once inside
     ``run_training`` (which also holds each folder's lock, so two machines never train one folder at the same
@@ -144,7 +147,7 @@ def run_all(runs: Sequence[Run], log=print) -> List[Tuple[Run, str, bool]]:
         log(f"[{i}/{len(runs)}] {run.cell.id} seed {run.seed}: {'resuming' if before == 'partial' else 'training'}"
             f" -> {run.folder}")
         try:
-            m = run_training(run.config(), run.folder)
+            m = run_training(run.config(), run.folder, feature_cache=feature_cache)
             log(f"    FA {100 * m['FA']:.2f}  CA {100 * m['CA']:.2f}  FM {100 * m['FM']:.2f}")
         except (NorgaError, ConfigError, TrainingDiverged) as err:
             reason = " ".join(str(err).split())
