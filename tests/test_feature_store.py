@@ -172,3 +172,25 @@ def test_reproduce_shares_one_store_across_the_seeds_of_a_grid(tmp_path, capsys)
     assert store_counts(tmp_path / "grid" / "c" / "seed0")[1] > 0
     read, computed = store_counts(tmp_path / "grid" / "c" / "seed1")
     assert computed == 0 and read > 0
+
+
+@pytest.mark.integration
+def test_eval_reads_the_runs_frozen_test_features_and_gives_its_metrics(tmp_path, capsys):
+    """norga eval --feature-cache (run folder and export): every frozen row read, none computed, same matrices."""
+    from norga.commands.cli import main as norga
+
+    weights = tmp_path / "tiny.pth"
+    torch.save(tiny_vit(7).state_dict(), weights)
+    cache, run = tmp_path / "cache", tmp_path / "run"
+    run_training(load_config(SIMPLECIL, [f"model.checkpoint={weights}"]), run, feature_cache=cache)
+    written = parts(cache)
+    trained = json.loads((run / "metrics.json").read_text())
+    assert norga(["export", "--run", str(run), "--out", str(tmp_path / "export")]) == 0
+    for source in (["--run", str(run)], ["--from", str(tmp_path / "export")]):
+        capsys.readouterr()
+        assert norga(["eval", *source, "--feature-cache", str(cache), "--output", str(tmp_path / "e.json")]) == 0
+        read, computed = (int(n) for n in re.findall(r"(\d+) frozen feature rows read, (\d+) computed",
+                                                     capsys.readouterr().out)[-1])
+        assert computed == 0 and read > 0 and parts(cache) == written
+        evaluated = json.loads((tmp_path / "e.json").read_text())
+        assert evaluated["acc_matrix"] == trained["acc_matrix"] and evaluated["FA"] == trained["FA"]

@@ -34,7 +34,8 @@ from ..config.origins import resolved_lines
 from .environment import check_environment
 from ..errors import NorgaError
 from .guard import INTERRUPTED, close_progress_bars, guarded, user_error  # noqa: F401 - the command-line contract
-from .export_command import add_export_arguments, run_eval_export, run_export
+from .eval_command import add_eval_arguments, eval_main, run_eval  # noqa: F401 - eval.py, tests
+from .export_command import add_export_arguments, run_export
 from .preflight import config_problems, doctor_main
 
 
@@ -116,55 +117,6 @@ def train_main(argv: Optional[Sequence[str]] = None) -> int:
     add_train_arguments(parser)
     args = parser.parse_args(argv)
     return guarded(lambda: run_train(args), lambda: _resume_hint(args))
-
-
-# ---- eval -----------------------------------------------------------------
-def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
-    source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--run", "--run-dir", dest="run", type=Path,
-                        help="run folder written by norga train (under torchrun write --run-dir: torchrun "
-                             "takes --run for its own --run-path)")
-    source.add_argument("--from", dest="export", type=Path, metavar="EXPORT",
-                        help="a folder written by norga export (the run folder is not needed)")
-    parser.add_argument("--output", type=Path, default=None,
-                        help="where to write the metrics (default RUN/eval.json, EXPORT/eval.json)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="evaluate on other data: change an evaluation key of the checkpoints' config, e.g. "
-                             "--set data.test_per_class=50 (repeatable; recorded in eval.json as eval_overrides)")
-    parser.add_argument("--config", default=None,
-                        help="a config to compare with the checkpoints' (only evaluation keys such as "
-                             "data.root or data.test_per_class may differ; they are applied with a warning)")
-
-
-def run_eval(args: argparse.Namespace) -> int:
-    import json
-
-    check_environment()
-    from ..engine import evaluate_run
-    from ..engine.eval_config import check_eval_output, override_warning
-    from ..files import atomic_write_bytes
-
-    if args.export is not None:
-        return run_eval_export(args)
-    out = args.output or args.run / "eval.json"
-    check_eval_output(out, args.run)
-    metrics = evaluate_run(args.run, args.config, args.overrides)
-    if not _main_process():  # torchrun: rank 0 writes and prints
-        return 0
-    if metrics["eval_overrides"]:
-        print(override_warning(args.run, metrics["eval_overrides"]), file=sys.stderr)
-    atomic_write_bytes(out, (json.dumps(metrics, indent=2) + "\n").encode(), option="--output")
-    print(f"{metrics['completed_tasks']} of {metrics['num_tasks']} tasks evaluated: FA {metrics['FA']:.4f}  "
-          f"CA {metrics['CA']:.4f}  FM {metrics['FM']:.4f}  TII {metrics['tii_accuracy']}  -> {out}")
-    return 0
-
-
-def eval_main(argv: Optional[Sequence[str]] = None) -> int:
-    """``eval.py`` / ``norga eval``: re-evaluate a run from its saved per-task checkpoints."""
-    parser = argparse.ArgumentParser(prog="norga eval", description="Re-evaluate a run from its checkpoints.")
-    add_eval_arguments(parser)
-    args = parser.parse_args(argv)
-    return guarded(lambda: run_eval(args), lambda: "nothing was written")
 
 
 # ---- routes ----------------------------------------------------------------------

@@ -39,7 +39,7 @@ def run_eval_export(args: argparse.Namespace) -> int:
         raise ConfigError("norga eval --from takes neither --set nor --config: an export is evaluated with its own "
                           "config.yaml (edit a copy of the export to change it)")
     out = args.output or args.export / "eval.json"
-    metrics = evaluate_export(args.export)
+    metrics = evaluate_export(args.export, getattr(args, "feature_cache", None))
     atomic_write_bytes(out, (json.dumps(metrics, indent=2) + "\n").encode(), option="--output")
     print(f"{metrics['completed_tasks']} of {metrics['num_tasks']} tasks evaluated: FA {metrics['FA']:.4f}  "
           f"CA {metrics['CA']:.4f}  FM {metrics['FM']:.4f}  -> {out}")

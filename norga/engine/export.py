@@ -17,7 +17,7 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import torch
 import yaml
@@ -162,15 +162,16 @@ def export_config(folder: Path) -> Config:
         raise ConfigError(f"{path}: {err}") from err
 
 
-def evaluate_export(folder: Path) -> dict:
-    """Metrics of an export folder recomputed from its saved states (the run folder is not needed)."""
+def evaluate_export(folder: Path, feature_cache: Optional[Path] = None) -> dict:
+    """Metrics of an export folder recomputed from its saved states (the run folder is not needed);
+    ``feature_cache`` as for :func:`~norga.engine.saved_states.evaluate_states`."""
     folder = Path(folder)
     cfg = export_config(folder)
     tasks = len(sorted((folder / "state").glob("task_*.safetensors")))
     if tasks == 0:
         raise ExportError(f"{folder} holds no saved state (state/task_00.safetensors); export the run again")
     recorded = config_to_dict(cfg)
-    return evaluate_states(cfg, tasks, lambda method, t: (read_state(folder / "state", t), recorded))
+    return evaluate_states(cfg, tasks, lambda method, t: (read_state(folder / "state", t), recorded), feature_cache)
 
 
 # ---- push ---------------------------------------------------------------------------

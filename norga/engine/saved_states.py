@@ -2,6 +2,7 @@
 states (``norga eval --from``), through one loop (:func:`evaluate_states`)."""
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 from typing import Callable, Optional, Sequence, Tuple
@@ -12,7 +13,8 @@ from ..methods.base import Method
 from ..models.compilation import compile_mode
 from ..models.precision import amp_mode
 from ..toolkit.devices import resolve_device
-from ..toolkit.distributed import distributed_session
+from ..toolkit.distributed import distributed_session, is_main
+from ..toolkit.feature_store import open_store
 from .eval_config import evaluation_config, requested_config
 from .run_identity import trained_config
 from .task_loop import Evaluator, MetricsTracker, build_data, build_vit, method_state, resolve_config
@@ -21,15 +23,28 @@ from .task_loop import Evaluator, MetricsTracker, build_data, build_vit, method_
 StateOf = Callable[[Method, int], Tuple[dict, Optional[dict]]]
 
 
-def evaluate_states(cfg: Config, tasks: int, state_of: StateOf) -> dict:
+class _StderrLog:
+    """The feature store's warnings during an evaluation (there is no run log to write them to)."""
+
+    @staticmethod
+    def warning(line: str) -> None:
+        print(line, file=sys.stderr)
+
+
+def evaluate_states(cfg: Config, tasks: int, state_of: StateOf, feature_cache: Optional[Path] = None) -> dict:
     """metrics.json's content recomputed from the saved states of tasks 0..tasks-1 (at most the benchmark's).
 
     Row t of the accuracy matrix is evaluated with the state after task t; ``eval_seconds`` holds the evaluation
-    time after each task (no training times: nothing is trained here).
+    time after each task (no training times: nothing is trained here). ``feature_cache``: a frozen-feature store
+    (:mod:`norga.toolkit.feature_store`) to read the frozen test features from (and to fill); its summary line is
+    printed at the end.
     """
     vit = build_vit(cfg)
     bench = build_data(cfg, vit)
     method = build_method(cfg, vit, bench.task_classes, resolve_device(cfg.device))
+    # opened as the task loop opens it (after the method is built), so a run's store space is found again
+    store = open_store(feature_cache, vit, cfg, _StderrLog()) if feature_cache is not None else None
+    method.feature_store = store
     tracker = MetricsTracker(cfg, bench, method, None)
     evaluator = Evaluator(cfg, bench, method)
     for t in range(min(tasks, cfg.data.num_tasks)):
@@ -41,10 +56,13 @@ def evaluate_states(cfg: Config, tasks: int, state_of: StateOf) -> dict:
         tracker.record(t, evaluation, time.time() - start, recorded_config)
     metrics = tracker.metrics()
     metrics["eval_seconds"] = metrics.pop("task_seconds")
+    if store is not None and is_main():
+        print(store.summary())
     return metrics
 
 
-def evaluate_run(run_dir: Path, config_file: Optional[str] = None, overrides: Sequence[str] = ()) -> dict:
+def evaluate_run(run_dir: Path, config_file: Optional[str] = None, overrides: Sequence[str] = (),
+                 feature_cache: Optional[Path] = None) -> dict:
     """Recompute the accuracy matrix of a (partial) run from its verified per-task checkpoints.
 
     Evaluates with the config the checkpoints were trained with; ``config_file`` / ``overrides`` (``--config`` /
@@ -62,6 +80,6 @@ def evaluate_run(run_dir: Path, config_file: Optional[str] = None, overrides: Se
         return method_state(saved, method, run), saved.get("config")
 
     with distributed_session(cfg.device):  # under torchrun each process evaluates a part of every test set
-        metrics = evaluate_states(cfg, done, checkpoint_state)
+        metrics = evaluate_states(cfg, done, checkpoint_state, feature_cache)
     metrics["eval_overrides"] = changed
     return metrics
