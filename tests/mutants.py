@@ -32,7 +32,7 @@ class Mutant(NamedTuple):
 
 
 MUTANTS = (
-    Mutant("tap_uninstructed", "norga/methods/hideprompt.py", "align_head(self.head, self.instructed,",
+    Mutant("tap_uninstructed", "norga/methods/hide_stages.py", "align_head(self.head, self.instructed,",
            "align_head(self.head, self.uninstructed,", ("tests/test_wiring.py",)),
     Mutant("stats_from_augmented_images", "norga/methods/hideprompt.py",
            "frozen, labels = self.frozen_pass(self.model, loaders.train_plain)",
@@ -54,7 +54,7 @@ MUTANTS = (
            ("tests/test_pipeline.py::test_gates_train_on_task_one_then_freeze_and_old_prompts_never_change",)),
     Mutant("no_prompt_writeback", "norga/methods/hideprompt.py", "if w.prompt_writeback:", "if False:",
            ("tests/test_fidelity_pipeline.py",)),
-    Mutant("tap_after_task_0", "norga/methods/hideprompt.py", "if task > 0 or c.tap.after_first_task:", "if True:",
+    Mutant("tap_after_task_0", "norga/methods/hide_stages.py", "if task > 0 or c.tap.after_first_task:", "if True:",
            ("tests/test_fidelity_pipeline.py",)),
     # every loss term's inputs (#31): tests/test_loss_terms.py recomputes each term by hand
     Mutant("wtp_raw_prompt", "norga/methods/hideprompt.py", "feats = model(x.to(self.device), pool.ensembled(task, "
@@ -64,7 +64,7 @@ MUTANTS = (
     Mutant("wtp_ce_over_seen_classes", "norga/methods/hideprompt.py",
            "cross_entropy_term(self.task_mask(task), w.label_smoothing)",
            "cross_entropy_term(self.seen_mask(task), w.label_smoothing)", ("tests/test_loss_terms.py",)),
-    Mutant("tii_ce_over_seen_classes", "norga/methods/hideprompt.py",
+    Mutant("tii_ce_over_seen_classes", "norga/methods/hide_stages.py",
            "fit_on_features(self.tii_head, frozen, labels, self.task_mask(task)",
            "fit_on_features(self.tii_head, frozen, labels, self.seen_mask(task)", ("tests/test_loss_terms.py",)),
     Mutant("l2p_pull_on_the_first_chosen_key", "norga/methods/l2p.py", 'pull_loss(out["similarity"], out["chosen"])',

@@ -28,19 +28,20 @@ from torch import Tensor
 
 from ..toolkit.feature_cache import FeatureCache, prompted_features
 from ..toolkit.gaussian import GaussianStore
-from ..toolkit.heads import TaskIdentityHead, init_linear_layers, masked_logits
+from ..toolkit.heads import TaskIdentityHead, init_linear_layers
 from ..toolkit.schedules import epoch_scheduler
 from ..toolkit.seeding import task_generator
-from ..toolkit.stages import REGULARISERS, align_head, extract_features, fit_on_features
+from ..toolkit.stages import REGULARISERS, extract_features, fit_on_features
 from ..toolkit.training import Stage, cross_entropy_term, run_stage
 from ..models import PromptPool
 from . import hideprompt_diagnostics as diagnostics
 from . import register_method
-from .base import Prediction, PrefixMethod, TaskLoaders, TestBatch, scaled_lr
+from .base import Prediction, PrefixMethod, TaskLoaders, TestBatch
+from .hide_stages import HiDeStages
 
 
 @register_method("hideprompt")
-class HiDePrompt(PrefixMethod):
+class HiDePrompt(HiDeStages, PrefixMethod):
     """Prompts, gates, heads and statistics of one HiDe-Prompt / NoRGa run."""
 
     def __init__(self, vit, task_classes, cfg, device):
@@ -69,26 +70,6 @@ class HiDePrompt(PrefixMethod):
     def train_batch_size(self) -> int:
         return self.c.wtp.batch_size
 
-    # ---- helpers ------------------------------------------------------
-    def old_classes(self, task: int) -> List[int]:
-        """Classes of the tasks before ``task`` (C_old of the authors' alignment budget)."""
-        return self.seen_classes(task - 1) if task > 0 else []
-
-    def lr_scaled(self, lr: float, batch_size: int) -> float:
-        """``lr`` x batch / 256 under ``scale_lr_by_batch`` (the authors' scripts), else ``lr``."""
-        return scaled_lr(lr, batch_size, self.c.scale_lr_by_batch)
-
-    def _align_batches(self, rule: str, task: int) -> Optional[int]:
-        """Batches per alignment epoch: C_old (``old_classes``, authors' code) or all (None)."""
-        return len(self.old_classes(task)) if rule == "old_classes" else None
-
-    def _add_statistics(self, store: GaussianStore, feats: Tensor, labels: Tensor, task: int) -> None:
-        for c in self.task_classes[task]:
-            members = feats[labels == c]
-            if len(members) < 2:
-                raise ValueError(f"class {c} of task {task} has {len(members)} training samples; need >= 2")
-            store.add(c, members)
-
     # ---- the task -----------------------------------------------------
     def learn_task(self, task: int, loaders: TaskLoaders) -> None:
         c, seed = self.c, self.cfg.seed
@@ -108,46 +89,10 @@ class HiDePrompt(PrefixMethod):
         self._add_statistics(self.instructed, prompted, labels, task)
         diagnose = c.diagnostics and self.prompted
         head_after_wtp = {k: v.detach().clone() for k, v in self.head.state_dict().items()} if diagnose else None
-        if task > 0 or c.tap.after_first_task:
-            align_head(self.head, self.instructed, self.seen_classes(task), self.num_classes, c.tap.epochs,
-                       c.tap.lr, c.tap.samples_per_class, c.tap.batch_size,
-                       task_generator(seed, task, 3), self.device, "tap",
-                       self._align_batches(c.tap.batches, task), task, lr_key=self.config_key("tap.lr"))
+        self._train_tap(task)
         if diagnose:
             self.diagnostics[task] = diagnostics.task_diagnostics(
                 self, task, loaders, frozen, prompted, labels, head_after_wtp, self.wtp_start, self.wtp_end)
-
-    def _train_tii(self, task: int, loaders: TaskLoaders, frozen: Tensor, labels: Tensor) -> None:
-        t, seed = self.c.tii, self.cfg.seed
-        lr = self.lr_scaled(t.lr, t.batch_size)
-        if t.cache_features:
-            fit_on_features(self.tii_head, frozen, labels, self.task_mask(task), t.epochs, lr, t.batch_size,
-                            task_generator(seed, task, 1), self.device, t.grad_clip, task=task,
-                            lr_key=self.config_key("tii.lr"))
-        else:
-            self._train_tii_on_images(task, loaders.train, t.epochs, lr, t.grad_clip)
-        if task > 0:
-            align_lr = self.lr_scaled(t.align_lr, t.batch_size) if t.scale_align_lr else t.align_lr
-            align_head(self.tii_head, self.uninstructed, self.seen_classes(task), self.num_classes,
-                       t.align_epochs, align_lr, t.samples_per_class, t.batch_size,
-                       task_generator(seed, task, 2), self.device, "tii_align",
-                       self._align_batches(t.align_batches, task), task, lr_key=self.config_key("tii.align_lr"))
-
-    def _train_tii_on_images(self, task: int, loader, epochs: int, lr: float, clip: Optional[float]) -> None:
-        """TII head on frozen features of augmented images (recomputed every epoch, the authors' code)."""
-        head, model, device = self.tii_head, self.model, self.device
-        optimizer = torch.optim.Adam(head.parameters(), lr=lr)
-
-        def forward(batch):
-            x, y = batch
-            with torch.no_grad():
-                model.eval()
-                feats = model(x.to(device))
-            return {"logits": head(feats), "labels": y.to(device)}
-
-        run_stage(Stage("tii", task, epochs, optimizer, clip=clip, clip_params=list(head.parameters()),
-                        train_modules=[head], lr_key=self.config_key("tii.lr")),
-                  batches=lambda epoch: loader, forward=forward, terms={"ce": cross_entropy_term(self.task_mask(task))})
 
     def _train_wtp(self, task: int, loaders: TaskLoaders) -> None:
         """Eq. 57: prompt e_t (+ the gates on the tasks they train on) and psi, CE + lambda * regulariser."""
@@ -200,8 +145,7 @@ class HiDePrompt(PrefixMethod):
         its first computation."""
         x, task, index, n = batch.images, batch.task, batch.index, batch.size
         frozen = self.frozen_query(batch, cache)
-        classes = masked_logits(self.tii_head(frozen), batch.seen).argmax(dim=1)
-        tasks = self.class_to_task.to(classes.device)[classes]
+        tasks = self.tii_tasks(frozen, batch.seen)
         if not self.prompted:
             feats = true_feats = frozen
         else:
