@@ -7,7 +7,8 @@ projections named by ``targets`` (a subset of ``"q"``, ``"k"``, ``"v"``), a sum 
 
 for every token state x (..., D), with branch i's down-projection A_i[p] (r_i, D), up-projection B_i[p] (D, r_i)
 (:class:`LoRABranch`) and a coefficient c_i[p] given by the owner through :attr:`LoRAQKV.coefficients`
-(1 when unset: InfLoRA; SD-LoRA's magnitudes over normalised directions). The wrapper can also accumulate
+(1 when unset: InfLoRA; SD-LoRA's magnitudes over normalised directions); with :attr:`LoRAQKV.active` set to a
+sequence of branch indices only those are applied (HiDe-LoRA: its task's LoRA, or none). The wrapper can also accumulate
 the Gram matrix of its inputs, sum over every token of x x^T (D, D) in float64 (``record``), which InfLoRA
 designs its down-projections from. With every B = 0 the output equals timm's ``qkv`` exactly.
 """
@@ -68,6 +69,7 @@ class LoRAQKV(nn.Module):
         self.qkv, self.targets, self.layer, self.dim = qkv, tuple(targets), layer, qkv.in_features
         self.branches = nn.ModuleList()
         self.coefficients: Optional[Callable[["LoRAQKV"], Tensor]] = None
+        self.active: Optional[Sequence[int]] = None  # indices of the branches applied (HiDe-LoRA); None: all
         self.record = False
         self.gram: Optional[Tensor] = None  # (D, D) float64 sum of x x^T over recorded tokens
         self.tokens = 0
@@ -98,10 +100,11 @@ class LoRAQKV(nn.Module):
         if self.record:
             self._record(x)
         out = self.qkv(x)
-        if not len(self.branches):
+        chosen = range(len(self.branches)) if self.active is None else self.active
+        if not len(chosen):
             return out
         coef = self.weights().to(x.dtype)
-        delta = sum(coef[i][:, None] * branch.delta(x) for i, branch in enumerate(self.branches))
+        delta = sum(coef[i][:, None] * self.branches[i].delta(x) for i in chosen)
         parts: List[Tensor] = list(out.split(self.dim, dim=-1))
         for p, name in enumerate(self.targets):
             parts[SLOTS[name]] = parts[SLOTS[name]] + delta[..., p, :].to(out.dtype)

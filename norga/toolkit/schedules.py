@@ -16,9 +16,13 @@ Schedules (f of an index i, E = total epochs):
 * ``step``: gamma ** #{m in milestones : i >= m} (timm's periodic step with
   decay_t = 30 is the same for E < 60, which covers every shipped config);
 * ``cosine``: r + (1 - r) * (1 + cos(pi * i / E)) / 2 with r = min_lr / lr
-  (timm's CosineLRScheduler with t_initial = E, no warm-up);
+  (timm's CosineLRScheduler with t_initial = E);
 * ``coda_cosine``: cos(0.99 * (pi / 2) * i / (E - 1)) — CODA-Prompt's own cosine (GT-RIPL/CODA-Prompt
   ``utils/schedulers.py``): from 1 down to cos(0.495 pi) ~ 0.0157 in the last epoch, no floor, no warm-up.
+
+Warm-up (``warmup_epochs`` W > 0, timm's ``warmup_t`` without ``warmup_prefix``): for i < W the factor is
+w + i (1 - w) / W with w = warmup_lr / lr, whatever the schedule; from i = W on the schedule's own f(i) (the
+cosine is not shifted by W). W = 0 (the default) changes nothing.
 """
 from __future__ import annotations
 
@@ -31,11 +35,14 @@ STEPPINGS = ("timm", "torch")
 
 
 def lr_factor(epoch: int, schedule: str, epochs: int, milestones: Sequence[int] = (), gamma: float = 0.1,
-              min_ratio: float = 0.0, stepping: str = "torch") -> float:
+              min_ratio: float = 0.0, stepping: str = "torch", warmup_epochs: int = 0,
+              warmup_ratio: float = 0.0) -> float:
     """Multiplier of the base lr during 0-based ``epoch``; see the module docstring."""
     if stepping not in STEPPINGS:
         raise ValueError(f"unknown schedule stepping {stepping!r}; choose one of {STEPPINGS}")
     index = epoch if stepping == "torch" else max(epoch - 1, 0)
+    if index < warmup_epochs:
+        return warmup_ratio + index * (1.0 - warmup_ratio) / warmup_epochs
     if schedule == "constant":
         return 1.0
     if schedule == "step":
@@ -48,14 +55,16 @@ def lr_factor(epoch: int, schedule: str, epochs: int, milestones: Sequence[int] 
 
 
 def epoch_scheduler(optimizer: torch.optim.Optimizer, schedule: str, epochs: int, milestones: Sequence[int] = (),
-                    gamma: float = 0.1, min_lr: float = 0.0, stepping: str = "torch"):
+                    gamma: float = 0.1, min_lr: float = 0.0, stepping: str = "torch", warmup_epochs: int = 0,
+                    warmup_lr: float = 0.0):
     """A ``LambdaLR`` following :func:`lr_factor`; call ``.step()`` once after every epoch.
 
-    ``min_lr`` is absolute (as timm's lr_min); each parameter group keeps its own
-    ratio min_lr / group lr, so a head at 0.1 x lr decays to min_lr too.
+    ``min_lr`` and ``warmup_lr`` are absolute (as timm's lr_min and warmup_lr_init); each parameter group keeps its
+    own ratios min_lr / group lr and warmup_lr / group lr, so a head at 0.1 x lr decays to min_lr too.
     """
     def factor_for(base_lr: float):
         ratio = min_lr / base_lr if base_lr > 0 else 0.0
-        return lambda e: lr_factor(e, schedule, epochs, milestones, gamma, ratio, stepping)
+        warm = warmup_lr / base_lr if base_lr > 0 else 0.0
+        return lambda e: lr_factor(e, schedule, epochs, milestones, gamma, ratio, stepping, warmup_epochs, warm)
 
     return torch.optim.lr_scheduler.LambdaLR(optimizer, [factor_for(g["lr"]) for g in optimizer.param_groups])

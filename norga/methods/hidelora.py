@@ -1,0 +1,240 @@
+"""HiDe-LoRA (``hidelora``): the HiDe pipeline of :mod:`.hideprompt` with one LoRA per task in place of the prefix.
+
+Each block of ``lora_layers`` has its fused qkv wrapped (:class:`~norga.models.lora_qkv.LoRAQKV`, projections
+``lora_targets``, reference: k and v); task t owns one branch per block: down A_t[p] (r, D), up B_t[p] (D, r), and
+while task t's LoRA is active projection p computes x W_p^T (+ b_p) + (alpha / r) x A_t[p]^T B_t[p]^T for every
+token state x (D,). Only one task's LoRA is active in a forward. ``learn_task(t, loaders)`` runs
+
+1. uninstructed statistics: Gaussians of the frozen features (N, D) of the task's classes;
+2. TII (:class:`~.hide_stages.HiDeStages`): TII head on the task, aligned on pseudo-features of all seen classes;
+3. WTP: A_t, B_t (task 0: A ~ ``lora_init``, B = 0; later tasks: task t-1's factors) and psi trained on
+   CE over the task's classes + reg * the contrastive regulariser against the old classes' prototypes (Adam,
+   warm-up + cosine); then, for t > 0, A_t <- (1 - m) A_t + m mean(A_<t) and B_t likewise (``wtp.momentum``);
+4. instructed statistics: Gaussians of the features under the (mixed) LoRA_t;
+5. TAP: psi aligned on pseudo-features of all seen classes (tasks t > 0 in the reference).
+
+Prediction (per sample): frozen features -> TII -> task k -> features under LoRA_k -> psi (C logits).
+"""
+from __future__ import annotations
+
+import math
+from contextlib import contextmanager
+from typing import Any, Dict, List, Optional
+
+import torch
+from torch import Tensor, nn
+
+from ..models.lora_qkv import attach_lora_qkv, branch_state, load_branches
+from ..toolkit.feature_cache import FeatureCache, prompted_features
+from ..toolkit.gaussian import GaussianStore
+from ..toolkit.heads import TaskIdentityHead, init_linear_layers
+from ..toolkit.schedules import epoch_scheduler
+from ..toolkit.stages import REGULARISERS, extract_features
+from ..toolkit.training import Stage, cross_entropy_term, run_stage
+from . import register_method
+from .base import Method, Prediction, TaskLoaders, TestBatch, chosen_blocks
+from .hide_stages import HiDeStages
+
+
+class TaskLoRAModel(nn.Module):
+    """``model(x, k)``: features (B, D) of images x under task k's LoRA only (``k`` None: the frozen backbone).
+
+    The ``prompts`` argument of the prompt methods' feature helpers carries the task index here, so
+    :func:`~norga.toolkit.stages.extract_features` and :func:`~norga.toolkit.feature_cache.prompted_features` work
+    unchanged."""
+
+    def __init__(self, model: nn.Module, wrappers: nn.ModuleDict):
+        super().__init__()
+        self.model, self.wrappers, self.embed_dim = model, wrappers, model.embed_dim
+        self.activate(())
+
+    def activate(self, tasks) -> None:
+        """Apply the branches of ``tasks`` (indices) in every wrapper from now on; () is the frozen backbone."""
+        for w in self.wrappers.values():
+            w.active = tuple(tasks)
+
+    @contextmanager
+    def using(self, task: int):
+        """Within the block only task ``task``'s branches are applied; after it, none (the frozen backbone)."""
+        self.activate((task,))
+        try:
+            yield
+        finally:
+            self.activate(())
+
+    def forward(self, x: Tensor, task: Optional[int] = None) -> Tensor:
+        if task is None:
+            return self.model(x)
+        with self.using(int(task)):
+            return self.model(x)
+
+
+def mix_with_previous(factors: List[Tensor], momentum: float) -> Tensor:
+    """(1 - m) F_t + m mean(F_0..F_{t-1}) of one factor over tasks 0..t (``factors``: t + 1 tensors of one shape)."""
+    old = torch.stack(factors[:-1]).mean(dim=0)
+    return (1.0 - momentum) * factors[-1] + momentum * old
+
+
+def reference_down_init(down: Tensor) -> None:
+    """A (P, r, D) in place ~ U(-1/sqrt(r), 1/sqrt(r)): the reference's kaiming_uniform(a=sqrt(5)) of a (D, r)
+    tensor, whose fan-in is r."""
+    bound = 1.0 / math.sqrt(down.shape[1])
+    with torch.no_grad():
+        down.uniform_(-bound, bound)
+
+
+@register_method("hidelora")
+class HiDeLoRA(HiDeStages, Method):
+    """Task LoRAs (``wrappers``: one branch per task per block), psi (``head``), TII head and both statistics."""
+
+    def __init__(self, vit, task_classes, cfg, device):
+        super().__init__(vit, task_classes, cfg, device)
+        c = self.c = cfg.method
+        self.model = self.frozen_token_model(vit)
+        self.layers = chosen_blocks(vit, c.lora_layers, "method.lora_layers")
+        self.wrappers = attach_lora_qkv(vit, self.layers, c.lora_targets).to(device)
+        for wrapper in self.wrappers.values():
+            wrapper.coefficients = self.scaling
+        self.tuned = TaskLoRAModel(self.model, self.wrappers)
+        dim = self.model.embed_dim
+        self.head = init_linear_layers(nn.Linear(dim, self.num_classes), c.head_init).to(device)
+        tii_head = TaskIdentityHead(dim, self.num_classes, c.tii.mlp_ratios, c.tii.mlp_style)
+        self.tii_head = init_linear_layers(tii_head, c.head_init).to(device)
+        s = c.stats
+        self.uninstructed = GaussianStore(s.kind, s.ridge, s.n_centroids, cfg.seed)
+        self.instructed = GaussianStore(s.kind, s.ridge, s.n_centroids, cfg.seed)
+
+    @property
+    def train_batch_size(self) -> int:
+        return self.c.wtp.batch_size
+
+    def scaling(self, wrapper) -> Tensor:
+        """(n_branches, P) coefficients: alpha / r for every branch and projection."""
+        shape = (len(wrapper.branches), len(wrapper.targets))
+        return torch.full(shape, self.c.alpha / self.c.rank, device=wrapper.qkv.weight.device)
+
+    # ---- the task -----------------------------------------------------
+    def learn_task(self, task: int, loaders: TaskLoaders) -> None:
+        frozen, labels = self.frozen_pass(self.model, loaders.train_plain)
+        self._add_statistics(self.uninstructed, frozen, labels, task)
+        self._train_tii(task, loaders, frozen, labels)
+        self._train_wtp(task, loaders)
+        tuned, _ = extract_features(self.tuned, loaders.train_plain, self.device, task, "lora feats")
+        self._add_statistics(self.instructed, tuned, labels, task)
+        self._train_tap(task)
+
+    def start_task(self, task: int) -> List[nn.Parameter]:
+        """Add task ``task``'s branch to every block (A by ``lora_init`` or copied from task - 1, B = 0 or copied),
+        freeze the older ones; returns the new factors."""
+        c, new = self.c, []
+        for wrapper in self.wrappers.values():
+            for branch in wrapper.branches:
+                branch.requires_grad_(False)
+            branch = wrapper.add_branch(c.rank)
+            if task > 0 and c.wtp.init_from_previous:
+                with torch.no_grad():
+                    branch.down.copy_(wrapper.branches[task - 1].down)
+                    branch.up.copy_(wrapper.branches[task - 1].up)
+            elif c.lora_init == "reference":
+                reference_down_init(branch.down)
+            new += [branch.down, branch.up]
+        return new
+
+    def prototypes(self, task: int) -> Optional[Tensor]:
+        """(P, D) rows the regulariser contrasts with: the old classes' means, or all their centroids."""
+        old = self.old_classes(task)
+        if not old:
+            return None
+        store = self.instructed
+        if self.c.wtp.prototypes == "centroids" and store.kind == "multi_centroid":
+            return torch.cat([store.stats[int(k)]["centroids"] for k in old]).float().to(self.device)
+        return store.means(old).to(self.device)
+
+    def _train_wtp(self, task: int, loaders: TaskLoaders) -> None:
+        w, tuned, head = self.c.wtp, self.tuned, self.head
+        lora_params = self.start_task(task)
+        lr = self.lr_scaled(w.lr, w.batch_size)
+        optimizer = torch.optim.Adam([{"params": lora_params, "lr": lr},
+                                      {"params": list(head.parameters()), "lr": lr * w.head_lr_scale}],
+                                     betas=(0.9, 0.999), weight_decay=0.0)
+        prototypes = self.prototypes(task)
+        regulariser = REGULARISERS[w.reg_form]
+
+        def forward(batch):
+            x, y = batch
+            feats = tuned(x.to(self.device), task)
+            return {"features": feats, "logits": head(feats), "labels": y.to(self.device)}
+
+        def reg(out):
+            if w.reg == 0:
+                return out["features"].new_zeros(())
+            return w.reg * regulariser(out["features"], prototypes, w.temperature)
+
+        scheduler = epoch_scheduler(optimizer, w.schedule, w.epochs, w.milestones, w.gamma, w.min_lr,
+                                    w.schedule_stepping, w.warmup_epochs, w.warmup_lr)
+        self.model.eval()  # the frozen backbone has no dropout in the reference (drop 0, drop-path 0)
+        run_stage(Stage("wtp", task, w.epochs, optimizer, scheduler, w.grad_clip, lora_params + list(head.parameters()),
+                        train_modules=[head], lr_key=self.config_key("wtp.lr")),
+                  batches=lambda epoch: loaders.train, forward=forward,
+                  terms={"ce": cross_entropy_term(self.task_mask(task)), "reg": reg})
+        head.eval()
+        for p in lora_params:
+            p.requires_grad_(False)
+        if task > 0 and w.momentum > 0:
+            self.mix_task_lora(task, w.momentum)
+
+    @torch.no_grad()
+    def mix_task_lora(self, task: int, momentum: float) -> None:
+        """The reference's lora_momentum: A_t and B_t of every block mixed with the mean of tasks < t's factors."""
+        for wrapper in self.wrappers.values():
+            branches = list(wrapper.branches)[:task + 1]
+            for name in ("down", "up"):
+                mixed = mix_with_previous([getattr(b, name) for b in branches], momentum)
+                getattr(branches[task], name).copy_(mixed)
+
+    # ---- prediction -----------------------------------------------------
+    def predict_batch(self, batch: TestBatch, cache: FeatureCache) -> Prediction:
+        """TII's task per sample, that task's LoRA, psi; a (sample, task LoRA) pair's features come from ``cache``
+        after their first computation (a task's LoRA never changes once the task is learned)."""
+        x, task, index, n = batch.images, batch.task, batch.index, batch.size
+        frozen = self.frozen_query(batch, cache)
+        tasks = self.tii_tasks(frozen, batch.seen)
+        pick = lambda k, m: k  # noqa: E731 - the "prompt" of id k is the task index itself
+        feats = prompted_features(self.tuned, x, index, tasks, pick, cache, task, n).to(self.device)
+        true_feats = prompted_features(self.tuned, x, index, torch.full_like(tasks, task), pick, cache, task,
+                                       n).to(self.device)
+        return Prediction(self.head(feats), self.head(true_feats), tasks)
+
+    def new_eval_cache(self) -> FeatureCache:
+        return FeatureCache()
+
+    # ---- state ----------------------------------------------------------
+    def state_dict(self, task: int) -> Dict[str, Any]:
+        """State after ``task``: every task LoRA, both heads, the statistics of this task's classes."""
+        classes = set(self.task_classes[task])
+        pick = lambda store: {k: v for k, v in store.state_dict()["stats"].items() if k in classes}  # noqa: E731
+        return {"task": task, "branches": branch_state(self.wrappers), "head": self.head.state_dict(),
+                "tii_head": self.tii_head.state_dict(), "uninstructed_stats": pick(self.uninstructed),
+                "instructed_stats": pick(self.instructed)}
+
+    def load_state_dict(self, state: Dict[str, Any], with_training_state: bool = True) -> None:
+        load_branches(self.wrappers, state["branches"])
+        self.head.load_state_dict(state["head"])
+        self.tii_head.load_state_dict(state["tii_head"])
+        if with_training_state:
+            self.uninstructed.stats.update({int(k): v for k, v in state["uninstructed_stats"].items()})
+            self.instructed.stats.update({int(k): v for k, v in state["instructed_stats"].items()})
+
+    # ---- description ----------------------------------------------------
+    def describe(self) -> Dict[str, Any]:
+        c = self.c
+        tasks = len(next(iter(self.wrappers.values())).branches)
+        norms = [float(torch.stack([w.branches[k].product().norm() for w in self.wrappers.values()]).norm())
+                 for k in range(tasks)]
+        return {"name": self.name, "lora_layers": self.layers, "lora_targets": list(c.lora_targets), "rank": c.rank,
+                "scaling": c.alpha / c.rank, "task_lora_norms": norms}  # ||(B A)_k|| over blocks, per task
+
+    def summary(self) -> str:
+        c = self.c
+        return (f"method: hidelora (a LoRA per task on {'/'.join(c.lora_targets)} of blocks {self.layers}, rank "
+                f"{c.rank}, scale {c.alpha / c.rank:g}; TII on frozen features, TAP on {c.stats.kind} statistics)")
