@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import norga.methods.hide_stages as hide_stages_module  # TII and TAP alignments (align_head) run there
 import norga.methods.hideprompt as hideprompt_module
 from conftest import SHORT_SMOKE, SMOKE, build_run_parts, loaders_of
 from norga.commands.cli import main as norga
@@ -27,7 +28,7 @@ def _learner(overrides):
 
 def _record_alignments(monkeypatch):
     calls = []
-    original = hideprompt_module.align_head
+    original = hide_stages_module.align_head
 
     def spy(head, store, classes, num_classes, epochs, lr, per_class, batch_size, generator, device, desc,
             max_batches=None, task=0, **kwargs):
@@ -39,7 +40,7 @@ def _record_alignments(monkeypatch):
         calls.append({"desc": desc, "classes": len(classes), "per_class": per_class, "batch": batch_size,
                       "max_batches": max_batches, "lr": lr, "steps": len(steps)})
 
-    monkeypatch.setattr(hideprompt_module, "align_head", spy)
+    monkeypatch.setattr(hide_stages_module, "align_head", spy)
     return calls
 
 

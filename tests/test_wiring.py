@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import norga.toolkit.training as training_module
-import norga.methods.hideprompt as hideprompt_module
+import norga.methods.hide_stages as hide_stages_module  # TII and TAP alignments (align_head) run there
 from conftest import SMOKE, build_run_parts, loaders_of
 from norga.config import load_config
 from norga.engine.evaluate import evaluate_task
@@ -36,19 +36,19 @@ def _seen(learner, task):
 @pytest.fixture(scope="module")
 def trained():
     """A learner after tasks 0 and 1, with the alignment calls it made recorded."""
-    calls, original = [], hideprompt_module.align_head
+    calls, original = [], hide_stages_module.align_head
 
     def spy(head, store, *args, **kwargs):
         calls.append((args[8] if len(args) > 8 else kwargs.get("stage"), store))
         return original(head, store, *args, **kwargs)
 
-    hideprompt_module.align_head = spy
+    hide_stages_module.align_head = spy
     try:
         cfg, bench, learner = _setup()
         for t in range(2):
             learner.learn_task(t, loaders_of(cfg, bench, learner, t))
     finally:
-        hideprompt_module.align_head = original
+        hide_stages_module.align_head = original
     return cfg, bench, learner, calls
 
 
