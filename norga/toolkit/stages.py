@@ -96,18 +96,18 @@ def fit_on_features(head: nn.Module, feats: Tensor, labels: Tensor, allowed: Ten
 def align_head(head: nn.Module, store: GaussianStore, classes: Sequence[int], num_classes: int,
                epochs: int, lr: float, per_class: int, batch_size: int, generator: torch.Generator,
                device, stage: str, max_batches: Optional[int] = None, task: int = 0,
-               lr_key: Optional[str] = None) -> None:
+               lr_key: Optional[str] = None, weight_decay: float = 0.0) -> None:
     """Train ``head`` on pseudo-features sampled from ``store`` for every class in ``classes``.
 
     Each epoch draws ``per_class`` fresh samples per class, shuffles them and
     runs batches of ``batch_size`` — all of them, or only the first
     ``max_batches`` (the authors' code runs C_old batches, C_old = classes of
     earlier tasks, so part of the samples is never used). Logits are restricted
-    to ``classes`` (all classes seen so far). SGD (momentum 0.9) with cosine decay.
+    to ``classes`` (all classes seen so far). SGD (momentum 0.9, ``weight_decay``) with cosine decay.
     ``stage`` (``tii_align`` or ``tap``) names the epoch-log lines.
     """
     params = [p for p in head.parameters() if p.requires_grad]
-    optimizer = torch.optim.SGD(params, lr=lr, momentum=0.9)
+    optimizer = torch.optim.SGD(params, lr=lr, momentum=0.9, weight_decay=weight_decay)
 
     def batches(epoch: int):
         feats, labels = store.sample(classes, per_class, generator)
