@@ -34,7 +34,9 @@ def test_manifest_has_every_published_cell():
     assert all(set(c.published) == {"FA", "CA", "FM"} and all(s is not None for _, s in c.published.values())
                for c in t1)
     assert all(set(c.published) == {"FA"} and c.published["FA"][1] is None for c in t2)
-    assert all(c.seeds == (42, 40, 44) and c.source.startswith(f"Table {c.table}, row ") for c in m.cells)
+    paper = [c for c in m.cells if c.protocol == "norga_paper"]
+    assert all(c.seeds == (42, 40, 44) and c.source.startswith(f"Table {c.table}, row ") for c in paper)
+    assert all(c.seeds == (1993,) and c.table == 3 for c in m.cells if c.protocol.startswith("pilot_"))
     not_runnable = [c for c in m.cells if not c.runnable]
     assert len(not_runnable) == 16 and all(c.missing and c.table == 2 for c in not_runnable)
     assert {c.method for c in not_runnable} == {"l2p", "dualprompt", "sprompt", "coda"}
@@ -46,6 +48,7 @@ def test_manifest_has_every_published_cell():
     ("t1-imagenet_r-ibot21k-hideprompt", "FM", (6.77, 0.23)), ("t1-imagenet_r-moco1k-coda", "FM", (10.46, 0.04)),
     ("t1-imagenet_r-dino1k-norga", "CA", (75.76, 0.49)), ("t1-cifar100-ibot1k-l2p", "FA", (75.51, 0.88)),
     ("t2-cub200-sup21k-norga", "FA", (90.90, None)), ("t2-five_datasets-ibot21k-coda", "FA", (51.65, None)),
+    ("t3-cifar100-augreg_in21k-mos", "FA", (89.25, None)), ("t3-imagenet_r-augreg_in21k-mos", "FA", (77.83, None)),
 ])
 def test_transcription_spot_checks(cell_id, metric, value):
     cells = {c.id: c for c in load_manifest(PAPER).cells}
@@ -70,8 +73,8 @@ def test_selection_errors_name_the_valid_choices():
     m = load_manifest(PAPER)
     with pytest.raises(ManifestError, match="unknown row 'sup22k'; valid: dino1k, ibot1k, ibot21k, moco1k, sup21k"):
         select(m, table=1, rows=["sup22k"])
-    with pytest.raises(ManifestError, match="unknown table 3; valid: 1, 2"):
-        select(m, table=3)
+    with pytest.raises(ManifestError, match="unknown table 4; valid: 1, 2, 3"):
+        select(m, table=4)
     with pytest.raises(ManifestError, match="--only: 'nogra' matches no method.*norga"):
         select(m, only=["nogra"])
     with pytest.raises(ManifestError, match="needs 0 <= i < n"):
@@ -187,7 +190,8 @@ def test_protocol_mistakes_are_one_error_naming_the_fix(tmp_path, change, messag
 
 def test_the_shipped_manifest_names_its_protocol():
     m = load_manifest(PAPER)
-    assert set(m.protocols) == {"norga_paper"} and {c.protocol for c in m.cells} == {"norga_paper"}
+    assert {c.protocol for c in m.cells} == set(m.protocols) and "norga_paper" in m.protocols
+    assert {c.protocol for c in m.cells if c.table in (1, 2)} == {"norga_paper"}
 
 
 # ---- the tiny grid end to end -------------------------------------------------------------------------------
@@ -298,11 +302,16 @@ def test_dry_run_lists_every_published_cell_with_its_command():
     assert dry.returncode == 0, dry.stderr
     lines = dry.stdout.splitlines()
     assert sum(line.startswith(("t1-", "t2-")) for line in lines) == 84
-    assert sum(line.strip().startswith("$ norga train --config configs/") for line in lines) == 68
+    newer_cells = [c for c in load_manifest(PAPER).cells if c.table == 3]  # the newer methods' own cells (#57)
+    newer = sum(line.startswith("t3-") for line in lines)
+    assert newer == len(newer_cells) >= 2 and all(c.runnable for c in newer_cells)
+    assert sum(line.strip().startswith("$ norga train --config configs/") for line in lines) == 68 + newer
     assert sum("not runnable: no shipped" in line for line in lines) == 16
-    here, lacking = map(int, re.search(r"84 cells \((\d+) runnable here, (\d+) lacking data or weights here, 16 not "
-                                       r"runnable\), 204 runs; estimated total \? \(--no-estimate\)", dry.stdout).groups())
-    assert here + lacking == 68 and sum("not runnable here, missing: " in line for line in lines) == lacking
+    cells, here, lacking, runs = map(int, re.search(
+        r"(\d+) cells \((\d+) runnable here, (\d+) lacking data or weights here, 16 not runnable\), (\d+) runs; "
+        r"estimated total \? \(--no-estimate\)", dry.stdout).groups())
+    assert cells == 84 + newer and runs == 204 + sum(len(c.seeds) for c in newer_cells)
+    assert here + lacking == 68 + newer and sum("not runnable here, missing: " in line for line in lines) == lacking
 
 
 def test_quick_check_states_its_minutes_as_an_estimate_until_measured_rates_exist(tmp_path):
