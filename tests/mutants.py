@@ -246,20 +246,20 @@ MUTANTS = (
     Mutant("mos_merge_in_place", "norga/methods/mos_parts.py",
            "p.data = (1 - beta) * p.data + beta * _param(total, name).data / saved",
            "p.data.copy_((1 - beta) * p.data + beta * _param(total, name).data / saved)", ("tests/test_mos.py",)),
-    Mutant("mos_stored_option_ignored", "norga/methods/mos_parts.py", 'if mode == "stored" or task == 0', "if task == 0",
-           ("tests/test_mos.py",)),
+    Mutant("mos_stored_option_ignored", "norga/methods/mos_parts.py", 'if mode == "stored" or task == 0',
+           "if task == 0", ("tests/test_mos.py",)),
     Mutant("mos_refine_never_moves", "norga/methods/mos_parts.py", "        chosen = proposed  #", "        pass  #",
            ("tests/test_mos.py",)),
-    Mutant("mos_ensemble_without_task_scale", "norga/methods/mos_parts.py", "torch.softmax(prototype_logits / (1 / tasks)",
-           "torch.softmax(prototype_logits", ("tests/test_mos.py",)),
+    Mutant("mos_ensemble_without_task_scale", "norga/methods/mos_parts.py",
+           "torch.softmax(prototype_logits / (1 / tasks)", "torch.softmax(prototype_logits", ("tests/test_mos.py",)),
     Mutant("mos_no_per_block_merge", "norga/methods/mos.py", 'self._merging = self.c.merge == "per_block"',
            "self._merging = False", ("tests/test_mos.py",)),
     Mutant("mos_reg_temperature_ignored", "norga/methods/mos.py", "c.reg_temperature)", "1.0)", ("tests/test_mos.py",)),
     Mutant("mos_test_adapter_after_the_sum", "norga/methods/mos.py",
-           "        set_test_adapter_([t[task + 1] for t in self.tuned], self.current, self.sums, task, c.test_adapters)\n"
-           "        accumulate_(self.sums, self.current)",
-           "        accumulate_(self.sums, self.current)\n"
-           "        set_test_adapter_([t[task + 1] for t in self.tuned], self.current, self.sums, task, c.test_adapters)",
+           "        set_test_adapter_([t[task + 1] for t in self.tuned], self.current, self.sums, task, "
+           "c.test_adapters)\n        accumulate_(self.sums, self.current)",
+           "        accumulate_(self.sums, self.current)\n        set_test_adapter_([t[task + 1] for t in self.tuned], "
+           "self.current, self.sums, task, c.test_adapters)",
            ("tests/test_mos.py",)),
 )
 

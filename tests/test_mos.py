@@ -111,7 +111,7 @@ def _method(**options):
 def test_the_training_forward_merges_before_every_adapted_block(merge, merges):
     """One saved adapter (S), slot 0 at W: after one training forward slot 0 is S + (W - S) 0.9^n, n = the number of
     adapted blocks (2 in the smoke ViT) under per_block, 0 under per_step; test adapters never merge."""
-    cfg, bench, method = _method(merge=merge)
+    _, _, method = _method(merge=merge)
     with torch.no_grad():
         for t in method.tuned:
             for p in t[0].parameters():

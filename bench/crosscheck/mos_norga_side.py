@@ -50,7 +50,7 @@ def save_tasks(method, snapshots: list) -> None:
 
 
 def backbone_state(vit) -> dict:
-    """The converted ViT's weights without norga's wrappers: ``blocks.i.block.X`` -> ``blocks.i.X``, adapters dropped."""
+    """The converted ViT's weights without norga's wrappers (``blocks.i.block.X`` -> ``blocks.i.X``, no adapters)."""
     return {k.replace(".block.", "."): v.float() for k, v in vit.state_dict().items() if ".tuned." not in k}
 
 
@@ -70,7 +70,8 @@ def forward_check(weights: Path, shared: Path) -> dict:
     feats = torch.stack([cache.slot(0, 1 + k, len(x), 384)[0] for k in range(5)], 1)
     frozen = method.model(x)
     return {"state_dict": backbone_state(vit), "images": x, "snapshots": snapshots,
-            "prototypes": method.prototypes.clone(), "head": {k: v.clone() for k, v in method.head.state_dict().items()},
+            "prototypes": method.prototypes.clone(),
+            "head": {k: v.clone() for k, v in method.head.state_dict().items()},
             "frozen": frozen, "features": feats, "prototype_logits": method.prototype_logits(feats[:, 0]),
             "scores": prediction.logits, "chosen": prediction.task_ids, "predicted": prediction.logits.argmax(1)}
 

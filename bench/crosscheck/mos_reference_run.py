@@ -78,7 +78,8 @@ def learner(ref: dict, state: dict):
     me._network, me._device, me._multiple_gpus, me.topk, me.args = net, "cpu", [], 1, dict(ARGS)
     me._cur_task, me._known_classes, me._total_classes = -1, 0, 0
     me.cls_mean, me.cls_cov, me.cls2task = {}, {}, {}
-    me.batch_size, me.init_lr, me.ca_lr, me.crct_epochs = ARGS["batch_size"], ARGS["init_lr"], ARGS["ca_lr"], ARGS["crct_epochs"]
+    me.batch_size, me.init_lr = ARGS["batch_size"], ARGS["init_lr"]
+    me.ca_lr, me.crct_epochs = ARGS["ca_lr"], ARGS["crct_epochs"]
     me.weight_decay, me.min_lr, me.ensemble = ARGS["weight_decay"], ARGS["min_lr"], ARGS["ensemble"]
     return me
 

@@ -132,7 +132,8 @@ class MOS(Method):
         adapters = [p for a in self.current for p in a.parameters()]
         for p in [*adapters, *self.head.parameters()]:
             p.requires_grad_(True)
-        groups = [{"params": adapters, "lr": c.lr}, {"params": list(self.head.parameters()), "lr": c.lr * c.head_lr_factor}]
+        groups = [{"params": adapters, "lr": c.lr},
+                  {"params": list(self.head.parameters()), "lr": c.lr * c.head_lr_factor}]
         optimizer = make_optimizer("sgd", groups, lr=c.lr, weight_decay=c.weight_decay, momentum=c.momentum)
         scheduler = epoch_scheduler(optimizer, "cosine", c.epochs, min_lr=c.min_lr)
         old = self.seen_classes(task - 1) if task > 0 else []
