@@ -76,7 +76,7 @@ def without_plots():
     """Runs of the check skip the run plots (matplotlib on the CPU, no device code; ~3 s per smoke run)."""
     from unittest import mock
 
-    return mock.patch("norga.engine.task_loop.write_run_plots", lambda *args, **kwargs: None)
+    return mock.patch("norga.reports.plots.write_run_plots", lambda *args, **kwargs: None)
 
 
 def train(cfg, out: Path) -> dict:

@@ -24,7 +24,6 @@ from ..methods.base import Method
 from ..models.backbone import backbone_data_config, build_backbone
 from ..models.compilation import compile_mode
 from ..models.precision import amp_mode
-from ..reports.plots import write_run_plots
 from .problems import Problems
 from ..toolkit.devices import resolve_device
 from ..toolkit.distributed import distributed_session, is_main, world_size
@@ -178,6 +177,7 @@ def _train_in_folder(cfg: Config, run: RunDir, force: bool, feature_cache: Optio
                 trackers.task_row(t, tracker.metrics())
                 log.info(progress_line(tracker.times, bench.num_tasks))
                 if is_main():
+                    from ..reports.plots import write_run_plots  # here: matplotlib loads once a run ends
                     write_run_plots(run.root, tracker.metrics(), log)  # never raises: a failed plot is a warning
         trackers.finish(tracker.metrics(), "complete")
         if store is not None:

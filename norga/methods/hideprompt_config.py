@@ -101,8 +101,8 @@ class HiDePromptConfig(MethodConfig):
     prompt_init: str = _f("uniform", choices=PROMPT_INITS)
     prompt_init_scale: float = _f(1.0, gt=0.0)  # s of prompt_init (authors: U(-1, 1), s = 1)
     # per-task evidence that WTP, the prompt and the gate did work (norga.methods.hideprompt_diagnostics); changes
-    # no other number; costs three feature passes and a linear probe per task
-    diagnostics: bool = _f(True)
+    # no other number; off by default: three feature passes and a linear probe per task (~8% of a small run)
+    diagnostics: bool = _f(False)
     stats: StatsConfig = field(default_factory=StatsConfig)
     tii: TIIConfig = field(default_factory=TIIConfig)
     wtp: WTPConfig = field(default_factory=WTPConfig)

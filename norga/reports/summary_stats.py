@@ -14,7 +14,6 @@ from dataclasses import dataclass, replace
 from typing import Dict, Hashable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
-from scipy import stats
 
 
 @dataclass(frozen=True)
@@ -36,6 +35,8 @@ def describe(values: Sequence[float], confidence: float = 0.95) -> Estimate:
     if len(x) < 2:
         return Estimate(1, mean, math.nan, math.nan, math.nan, confidence)
     std = float(x.std(ddof=1))
+    from scipy import stats  # here: SciPy costs a second of start-up to commands that never need it
+
     half = float(stats.t.ppf(0.5 + confidence / 2, df=len(x) - 1)) * std / math.sqrt(len(x))
     return Estimate(len(x), mean, std, mean - half, mean + half, confidence)
 

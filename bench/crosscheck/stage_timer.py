@@ -1,0 +1,69 @@
+"""Wall time per stage of one process, by wrapping the functions that run each stage (no torch, no norga import:
+the reference side imports this module under the reference code's own environment).
+
+:class:`StageTimer` keeps *exclusive* seconds: a timed function called inside another timed function is charged
+to its own stage and subtracted from the caller's, so the stages of one process add up to at most its wall time.
+``startup`` is the time from the process start (``t0``, a ``time.time()`` taken by the parent right before it
+started the process) to the first timed call. :func:`write` appends the record as one JSON object to a file.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import time
+from pathlib import Path
+from typing import Callable, Dict, List, Optional
+
+# the stages of the speed report, in table order; every timed function is charged to one of them
+STAGES = ("startup", "tii", "wtp", "statistics", "tap", "evaluation", "diagnostics", "other")
+
+
+class StageTimer:
+    """Exclusive wall seconds per stage of one process (see the module docstring)."""
+
+    def __init__(self, t0: Optional[float] = None):
+        self.t0 = time.time() if t0 is None else t0
+        self.seconds: Dict[str, float] = {}
+        self.calls: Dict[str, int] = {}
+        self.first_call: Optional[float] = None
+        self._stack: List[list] = []  # [stage, start, seconds of nested timed calls]
+
+    def wrap(self, function: Callable, stage: Callable[..., str] | str) -> Callable:
+        """``function`` timed under ``stage`` (a name, or a callable of the call's arguments giving the name)."""
+        if stage not in STAGES and not callable(stage):
+            raise ValueError(f"unknown stage {stage!r}; one of {STAGES}")
+
+        @functools.wraps(function)
+        def timed(*args, **kwargs):
+            name = stage(*args, **kwargs) if callable(stage) else stage
+            start = time.time()
+            if self.first_call is None:
+                self.first_call = start
+            self._stack.append([name, start, 0.0])
+            try:
+                return function(*args, **kwargs)
+            finally:
+                name, start, nested = self._stack.pop()
+                elapsed = time.time() - start
+                self.seconds[name] = self.seconds.get(name, 0.0) + elapsed - nested
+                self.calls[name] = self.calls.get(name, 0) + 1
+                if self._stack:
+                    self._stack[-1][2] += elapsed
+        return timed
+
+    def patch(self, module, name: str, stage) -> None:
+        """Replace ``module.name`` by its timed version (callers that look the name up in ``module`` see it)."""
+        setattr(module, name, self.wrap(getattr(module, name), stage))
+
+    def record(self, **extra) -> dict:
+        """Seconds per stage, ``startup`` included, the process's wall time so far and ``extra``."""
+        now = time.time()
+        startup = (self.first_call if self.first_call is not None else now) - self.t0
+        return {"seconds": {"startup": startup, **self.seconds}, "calls": dict(self.calls), "wall": now - self.t0,
+                **extra}
+
+
+def write(path: Path, record: dict) -> None:
+    """Append ``record`` to ``path`` as one JSON line (a side with two processes writes two lines)."""
+    with Path(path).open("a") as f:
+        f.write(json.dumps(record) + "\n")
