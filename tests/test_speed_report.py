@@ -115,3 +115,21 @@ def test_diagnostics_are_off_by_default_and_on_in_the_smoke_and_benchmark_config
     assert load_config(REPO / "configs" / "cifar100_norga.yaml").method.diagnostics is False
     for config in ("smoke.yaml", "bench/evidence_cpu.yaml", "bench/cifar100_cpu.yaml", "bench/weak_cifar.yaml"):
         assert load_config(REPO / "configs" / config).method.diagnostics is True, config
+
+
+def test_covariance_sampling_gives_the_values_of_the_plain_formula():
+    """sample() = cat over classes of mean + z L^T (z ~ N(0, I) in float64 from the generator), then float32."""
+    import torch
+    from norga.toolkit.gaussian import GaussianStore
+
+    store, g = GaussianStore("covariance"), torch.Generator().manual_seed(0)
+    for c in (3, 7, 11):
+        store.add(c, torch.randn(12, 16, generator=g) * (c + 1))
+    got, labels = store.sample([7, 3, 11], 9, torch.Generator().manual_seed(5))
+    g = torch.Generator().manual_seed(5)
+    want = []
+    for c in (7, 3, 11):
+        z = torch.randn(9, 16, generator=g, dtype=torch.float64)
+        want.append(store.stats[c]["mean"] + z @ store.stats[c]["chol"].T)
+    assert torch.equal(got, torch.cat(want).float()) and got.dtype == torch.float32
+    assert labels.tolist() == [7] * 9 + [3] * 9 + [11] * 9

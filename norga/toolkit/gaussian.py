@@ -79,15 +79,16 @@ class GaussianStore:
         missing = [c for c in class_ids if int(c) not in self.stats]
         if missing:
             raise KeyError(f"no statistics stored for classes {missing}")
-        feats = [self._sample_one(self.stats[int(c)], per_class, generator) for c in class_ids]
+        # float32 per class, then one concatenation: the same values as concatenating in float64 first, half the copy
+        feats = [self._sample_one(self.stats[int(c)], per_class, generator).float() for c in class_ids]
         labels = torch.as_tensor(np.repeat(np.asarray(class_ids, dtype=np.int64), per_class))
-        return torch.cat(feats).float(), labels
+        return torch.cat(feats), labels
 
     def _sample_one(self, s: Dict[str, Tensor], n: int, g: torch.Generator) -> Tensor:
         D = s["mean"].shape[0]
         z = torch.randn(n, D, generator=g, dtype=torch.float64)
         if self.kind == "covariance":
-            return s["mean"] + z @ s["chol"].T
+            return (z @ s["chol"].T).add_(s["mean"])  # = mean + z L^T exactly (addition commutes), one buffer fewer
         if self.kind == "variance":
             return s["mean"] + z * s["std"]
         idx = torch.multinomial(s["weights"], n, replacement=True, generator=g)
