@@ -46,6 +46,7 @@ def test_stage_timer_charges_nested_calls_to_their_own_stage(monkeypatch):
     record = timer.record()
     assert record["seconds"] == {"startup": 10.0, "tii": 3.0, "statistics": 6.0}
     assert record["calls"] == {"tii": 1, "statistics": 2} and record["wall"] == 19.0
+    assert set(record["cpu"]) == {"startup", "tii", "statistics"} and min(record["cpu"].values()) >= 0
     with pytest.raises(ValueError, match="unknown stage"):
         timer.wrap(inner, "lunch")
 
@@ -133,3 +134,11 @@ def test_covariance_sampling_gives_the_values_of_the_plain_formula():
         want.append(store.stats[c]["mean"] + z @ store.stats[c]["chol"].T)
     assert torch.equal(got, torch.cat(want).float()) and got.dtype == torch.float32
     assert labels.tolist() == [7] * 9 + [3] * 9 + [11] * 9
+
+
+def test_a_report_without_rows_says_what_to_run(tmp_path):
+    from bench.crosscheck.speed_tables import write_report
+
+    write_report({"meta": {}, "sides": {}, "rows": []}, tmp_path / "r.json")
+    text = (tmp_path / "r.md").read_text()
+    assert "Not measured yet" in text and "speed_report --ref" in text and "|" not in text

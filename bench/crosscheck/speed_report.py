@@ -90,18 +90,27 @@ def run_side(side: str, seed: int, args, npz: Path, weights: Path) -> dict:
 
 
 def combine(side: str, seed: int, threads: int, records: List[dict], walls: List[float]) -> dict:
-    """One row: seconds per stage summed over the side's processes, ``other`` = wall − the timed stages."""
-    seconds: dict = {}
-    for r in records:
-        for stage, s in r["seconds"].items():
-            seconds[stage] = seconds.get(stage, 0.0) + s
+    """One row: wall and CPU seconds per stage summed over the side's processes; ``other`` = the process time not in
+    a timed stage (wall: measured here; CPU: the processes' own count)."""
+    seconds, cpu = _summed(records, "seconds"), _summed(records, "cpu")
     wall = sum(walls)
     seconds["other"] = wall - sum(s for k, s in seconds.items() if k != "other")
+    process_cpu = sum(r.get("process_cpu", 0.0) for r in records)
+    if cpu:
+        cpu["other"] = process_cpu - sum(s for k, s in cpu.items() if k != "other")
     matrix = next(r["acc_matrix"] for r in reversed(records) if "acc_matrix" in r)
     if side == "reference":  # their percentages, zeros below the diagonal -> fractions, None below
         matrix = [[None if j < i else v / 100 for j, v in enumerate(row)] for i, row in enumerate(matrix)]
     return {"side": side, "seed": seed, "threads": threads, "wall": wall, "process_walls": walls,
-            "seconds": seconds, "acc_matrix": matrix}
+            "seconds": seconds, "cpu_total": process_cpu, "cpu": cpu, "acc_matrix": matrix}
+
+
+def _summed(records: List[dict], key: str) -> dict:
+    out: dict = {}
+    for r in records:
+        for stage, s in r.get(key, {}).items():
+            out[stage] = out.get(stage, 0.0) + s
+    return out
 
 
 def main(argv=None) -> int:

@@ -3,7 +3,9 @@ the reference side imports this module under the reference code's own environmen
 
 :class:`StageTimer` keeps *exclusive* seconds: a timed function called inside another timed function is charged
 to its own stage and subtracted from the caller's, so the stages of one process add up to at most its wall time.
-``startup`` is the time from the process start (``t0``, a ``time.time()`` taken by the parent right before it
+Beside wall seconds it keeps this process's CPU seconds (``time.process_time``, user + system) per stage the same
+way: on a machine shared with other jobs, CPU seconds of a one-thread process measure its work where wall time
+measures the load. ``startup`` is the time from the process start (``t0``, a ``time.time()`` taken by the parent right before it
 started the process) to the first timed call. :func:`write` appends the record as one JSON object to a file.
 """
 from __future__ import annotations
@@ -24,9 +26,11 @@ class StageTimer:
     def __init__(self, t0: Optional[float] = None):
         self.t0 = time.time() if t0 is None else t0
         self.seconds: Dict[str, float] = {}
+        self.cpu: Dict[str, float] = {}
         self.calls: Dict[str, int] = {}
         self.first_call: Optional[float] = None
-        self._stack: List[list] = []  # [stage, start, seconds of nested timed calls]
+        self.first_call_cpu = 0.0  # process CPU seconds before the first timed call (the start-up's)
+        self._stack: List[list] = []  # [stage, start, cpu start, wall and cpu seconds of nested timed calls]
 
     def wrap(self, function: Callable, stage: Callable[..., str] | str) -> Callable:
         """``function`` timed under ``stage`` (a name, or a callable of the call's arguments giving the name)."""
@@ -36,19 +40,21 @@ class StageTimer:
         @functools.wraps(function)
         def timed(*args, **kwargs):
             name = stage(*args, **kwargs) if callable(stage) else stage
-            start = time.time()
+            start, cpu_start = time.time(), time.process_time()
             if self.first_call is None:
-                self.first_call = start
-            self._stack.append([name, start, 0.0])
+                self.first_call, self.first_call_cpu = start, cpu_start
+            self._stack.append([name, start, cpu_start, 0.0, 0.0])
             try:
                 return function(*args, **kwargs)
             finally:
-                name, start, nested = self._stack.pop()
-                elapsed = time.time() - start
+                name, start, cpu_start, nested, nested_cpu = self._stack.pop()
+                elapsed, cpu = time.time() - start, time.process_time() - cpu_start
                 self.seconds[name] = self.seconds.get(name, 0.0) + elapsed - nested
+                self.cpu[name] = self.cpu.get(name, 0.0) + cpu - nested_cpu
                 self.calls[name] = self.calls.get(name, 0) + 1
                 if self._stack:
-                    self._stack[-1][2] += elapsed
+                    self._stack[-1][3] += elapsed
+                    self._stack[-1][4] += cpu
         return timed
 
     def patch(self, module, name: str, stage) -> None:
@@ -56,11 +62,12 @@ class StageTimer:
         setattr(module, name, self.wrap(getattr(module, name), stage))
 
     def record(self, **extra) -> dict:
-        """Seconds per stage, ``startup`` included, the process's wall time so far and ``extra``."""
-        now = time.time()
+        """Wall and CPU seconds per stage, ``startup`` included, the process's wall and CPU time so far, ``extra``."""
+        now, cpu_now = time.time(), time.process_time()
         startup = (self.first_call if self.first_call is not None else now) - self.t0
-        return {"seconds": {"startup": startup, **self.seconds}, "calls": dict(self.calls), "wall": now - self.t0,
-                **extra}
+        startup_cpu = self.first_call_cpu if self.first_call is not None else cpu_now
+        return {"seconds": {"startup": startup, **self.seconds}, "cpu": {"startup": startup_cpu, **self.cpu},
+                "calls": dict(self.calls), "wall": now - self.t0, "process_cpu": cpu_now, **extra}
 
 
 def write(path: Path, record: dict) -> None:
