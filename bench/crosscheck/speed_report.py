@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import time
@@ -69,7 +70,6 @@ def run_side(side: str, seed: int, args, npz: Path, weights: Path) -> dict:
     """One (side, seed): its processes, their timings combined (seconds per stage summed, wall measured here)."""
     folder = args.work / f"{side}_s{seed}"
     if folder.exists():
-        import shutil
         shutil.rmtree(folder)  # an unfinished earlier attempt
     folder.mkdir(parents=True)
     timings, walls = folder / "timings.jsonl", []
@@ -86,6 +86,8 @@ def run_side(side: str, seed: int, args, npz: Path, weights: Path) -> dict:
                                 str(folder / "run"), "--seed", str(seed), "--threads", str(args.threads),
                                 "--timings", str(timings)], env, folder / "train.log"))
     records = [json.loads(line) for line in timings.read_text().splitlines()]
+    for stage_folder in ("stage1", "stage2"):  # their checkpoints: the whole ViT after every task, ~0.9 GB a seed
+        shutil.rmtree(folder / stage_folder, ignore_errors=True)
     return combine(side, seed, args.threads, records, walls)
 
 
