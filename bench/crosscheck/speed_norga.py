@@ -27,20 +27,16 @@ def _frozen_pass_stage(_method, _model, _loader, desc: str = "frozen feats") -> 
     return "diagnostics" if "diagnostic" in desc else "statistics"
 
 
-def _align_stage(*args, **kwargs) -> str:
-    return "tap" if "tap" in args or kwargs.get("stage") == "tap" else "tii"
-
-
 def time_stages(timer: StageTimer) -> None:
     """Wrap the functions of norga's HiDe-Prompt pipeline that run each stage (imports torch and norga)."""
     from norga.engine import task_loop
     from norga.methods import hideprompt, hideprompt_diagnostics
     cls = hideprompt.HiDePrompt
-    timer.patch(cls, "_train_tii", "tii")
+    timer.patch(cls, "_train_tii", "tii")  # training and (t > 0) alignment of the task-identity head
     timer.patch(cls, "_train_wtp", "wtp")
+    timer.patch(cls, "_train_tap", "tap")
     timer.patch(cls, "frozen_pass", _frozen_pass_stage)
     timer.patch(hideprompt, "extract_features", "statistics")  # the prompted pass of the instructed statistics
-    timer.patch(hideprompt, "align_head", _align_stage)  # TII alignment (stage 1) or TAP
     timer.patch(hideprompt_diagnostics, "task_diagnostics", "diagnostics")
     timer.patch(task_loop, "evaluate_task", "evaluation")
 
