@@ -1,0 +1,112 @@
+"""The reference side of the APER cross-check, run in the reference environment (timm 0.6.13 first on the path):
+
+    python bench/crosscheck/aper_reference_side.py --ref CHECKOUT --saved DIR
+
+CHECKOUT is zhoudw-zdw/RevisitingCIL (the authors' APER code), DIR what ``python -m bench.crosscheck.aper_norga_side``
+wrote. Its own ``models/aper_adapter.py`` ``Learner`` runs, with two changes made in memory (nothing on disk):
+
+* ``utils.inc_net.get_convnet`` returns, for the adapter backbone, its adapter ViT
+  (``convs/vision_transformer_adapter.py``) built as ViT-S/14 at 56 px with norga's backbone
+  (``adapters_reference.adapter_vit``) and, for the plain one its dual-branch network asks for, timm's
+  VisionTransformer as DINOv2 ViT-S/14 with the same weights, instead of downloading ViT-Bs;
+* CUDA requests become CPU no-ops (``adapters_reference.cpu_only``).
+
+Printed: the [frozen, adapted] features, the prototypes (its ``fc.weight`` after ``replace_fc``) and the logits
+after every task, max |reference − norga|; then its ``_train`` of task 0 (its SGD over the network's parameters,
+cosine schedule and training loop, then its dual-branch network and prototypes) on the three fixed batches, every
+trained tensor against norga's.
+"""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import torch
+
+from adapters_reference import (adapter_difference, adapter_vit, cpu_only, frozen_timm_vit, load_adapters, moved,
+                                set_dropout, steps_loaders, tuning_config)
+from reference_side import biggest, reference_args
+
+
+def make_learner(ref, state, **overrides):
+    """Its Learner with the values of ``exps/aper_adapter/cifar224_5_5_vit-b_adapter.json`` (10-class tasks)."""
+    def get_convnet(args, pretrained=False):
+        if "_adapter" in args["convnet_type"]:
+            return adapter_vit(ref.VisionTransformer, tuning_config(ref.EasyDict), state, "adaptmlp")
+        return frozen_timm_vit(ref.timm, state)
+
+    ref.inc_net.get_convnet = get_convnet
+    args = {"model_name": "aper_adapter", "convnet_type": "pretrained_vit_b16_224_in21k_adapter", "device": ["cpu"],
+            "memory_size": 0, "init_cls": 10, "increment": 10, "ffn_num": 64, "optimizer": "sgd", "tuned_epoch": 20,
+            "init_lr": 0.01, "batch_size": 48, "weight_decay": 0.0005, "min_lr": 0, **overrides}
+    return ref.Learner(args)
+
+
+def forward_check(ref, saved: dict) -> None:
+    learner = make_learner(ref, saved["state_dict"])
+    load_adapters([b.adaptmlp for b in learner._network.convnet.blocks], saved["tuned"])
+    x = saved["images"]
+    for t, task in enumerate(saved["tasks"]):
+        learner._cur_task += 1
+        learner._total_classes = learner._known_classes + 10
+        learner._network.update_fc(learner._total_classes)
+        learner.train_dataset = SimpleNamespace(labels=task["labels"].numpy())
+        if t == 0:
+            learner.construct_dual_branch_network()  # where its _train goes after tuning
+        with torch.no_grad():
+            learner.replace_fc([(None, task["images"], task["labels"])], learner._network, None)
+            out = learner._network(x)
+        seen = learner._total_classes
+        if t == 0:
+            print(f"APER [frozen, adapted] features, max |ref - norga|: {biggest(out['features'], saved['features']):.1e}")
+        logits, ours = out["logits"], task["logits"][:, :seen]
+        print(f"APER task {t}: prototypes max |ref - norga| "
+              f"{biggest(learner._network.fc.weight.detach(), task['prototypes'][:seen]):.1e}; logits "
+              f"{biggest(logits, ours):.1e}; same predictions: {bool(torch.equal(logits.argmax(1), ours.argmax(1)))}")
+        learner.after_task()
+
+
+def training_steps(ref, saved: dict) -> None:
+    steps, opts = saved["steps"], saved["steps"]["opts"]
+    learner = make_learner(ref, saved["forward"]["state_dict"], tuned_epoch=1, batch_size=20, init_lr=opts["lr"],
+                           weight_decay=opts["weight_decay"], min_lr=opts["min_lr"])
+    adapters = [b.adaptmlp for b in learner._network.convnet.blocks]
+    load_adapters(adapters, steps["initial"])
+    set_dropout(adapters, opts["dropout"])
+    learner._cur_task, learner._total_classes = 0, 10
+    learner._network.update_fc(10)  # its training head: a cosine classifier over task 0's classes
+    head = learner._network.fc
+    with torch.no_grad():
+        head.weight.copy_(steps["initial_head"]["weight"])
+        head.sigma.copy_(steps["initial_head"]["sigma"])
+    learner.train_dataset = SimpleNamespace(labels=np.arange(10))
+    loader = steps_loaders(steps["images"], steps["labels"])
+    torch.manual_seed(steps["dropout_seed"])  # as norga's side: restarted right after the head was drawn
+    learner._train(loader, loader[:1], loader)
+    print(f"APER 3 training steps, adapters: max |ref - norga| "
+          f"{adapter_difference(adapters, steps['trained']):.1e} (moved {moved(steps['initial'], steps['trained']):.1e})")
+    for name in ("weight", "sigma"):
+        moved_by = biggest(steps["trained_head"][name], steps["initial_head"][name])
+        print(f"APER 3 training steps, head {name}: max |ref - norga| "
+              f"{biggest(getattr(head, name).detach(), steps['trained_head'][name]):.1e} (moved {moved_by:.1e})")
+
+
+def main(argv=None) -> int:
+    args = reference_args(__doc__, "zhoudw-zdw/RevisitingCIL", "bench.crosscheck.aper_norga_side", argv)
+    cpu_only()
+    import timm
+    import utils.inc_net as inc_net
+    from convs.vision_transformer_adapter import VisionTransformer
+    from easydict import EasyDict
+    from models.aper_adapter import Learner
+
+    ref = SimpleNamespace(Learner=Learner, inc_net=inc_net, EasyDict=EasyDict, VisionTransformer=VisionTransformer,
+                          timm=timm)
+    saved = torch.load(args.saved / "norga_aper.pt", weights_only=False)
+    forward_check(ref, saved["forward"])
+    training_steps(ref, saved)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
