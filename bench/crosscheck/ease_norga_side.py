@@ -1,0 +1,92 @@
+"""norga's side of the EASE cross-check: ``python -m bench.crosscheck.ease_norga_side --out DIR``.
+
+Writes DIR/norga_ease.pt for ``bench/crosscheck/ease_reference_side.py`` (sun-hailong/CVPR24-Ease):
+
+* **forward**: the DINOv2 ViT-S/14 of ../shared converted by timm to 56 px, ``ease`` with the official values
+  (``cifar100_ease.yaml``: a subspace of adapters per task, bottleneck 64, scale 0.1, ``recalc_similarity``,
+  ``reweight`` with alpha 0.1 over the tasks); each new subspace's adapters are moved away from their zero-output
+  start instead of being trained, then the task's first 8 training images per class give its real prototypes
+  in every subspace so far and the complement synthesises the old classes' ones. Saved: the backbone, every
+  subspace's adapters, and after every task the subspace features of 17 real test images, the prototypes and
+  the reweighted logits;
+* **training steps**: tasks 0 and 1, each one epoch of three fixed batches of 20 training images of its classes
+  (0-9, then 10-19; no augmentation) at the official SGD values (lr 0.025, momentum 0.9, weight decay 5e-4,
+  adapter dropout 0.1 with the stream restarted after each head is drawn); every subspace's initial and trained
+  adapters and each task's head.
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import torch
+
+import norga.methods.ease as ease_module
+from bench.crosscheck.adapters_norga import (DROPOUT_SEED, HeadRecorder, backbone_state, batches, build, move_away,
+                                             plain_loaders, state_of, task_data, test_images, three_batches)
+from bench.crosscheck.norga_side import TASKS
+from norga.methods.adapter_stage import TunedView
+from norga.methods.base import TaskLoaders
+
+CONFIG = "cifar100_ease.yaml"
+
+
+@torch.no_grad()
+def forward_check(shared: Path) -> dict:
+    vit, method = build(CONFIG, [], shared)
+    g = torch.Generator().manual_seed(7)
+    trained = ease_module.train_with_cosine_head
+    ease_module.train_with_cosine_head = lambda name, task, features, params, *args, **kwargs: move_away(params, g)
+    try:
+        x_test, _ = test_images(shared)
+        tasks = []
+        for t, (x, y) in enumerate(task_data(shared, 8)):
+            method.learn_task(t, plain_loaders(x, y))
+            feats = torch.stack([TunedView(method.model, k)(x_test) for k in range(t + 1)], dim=1)
+            tasks.append({"images": x, "labels": y, "features": feats, "prototypes": method.prototypes.clone(),
+                          "logits": method.logits(feats)})
+    finally:
+        ease_module.train_with_cosine_head = trained
+    return {"state_dict": backbone_state(vit), "tuned": state_of(method.tuned), "images": x_test, "tasks": tasks}
+
+
+def training_steps(shared: Path) -> dict:
+    _, method = build(CONFIG, ["method.epochs=1", "method.batch_size=20"], shared)
+    trained, initial, after = ease_module.train_with_cosine_head, [], []
+
+    def recorded(*args, **kwargs):  # the new subspace's initial values, then norga's own training stage
+        initial.append(state_of(method.tuned))
+        return trained(*args, **kwargs)
+
+    ease_module.train_with_cosine_head = recorded
+    data = [three_batches(shared, TASKS[t]) for t in range(2)]
+    try:
+        with HeadRecorder() as heads:
+            for t, (x, y) in enumerate(data):
+                method.learn_task(t, TaskLoaders(batches(x, y), batches(x, y), None))
+                after.append(state_of(method.tuned))
+    finally:
+        ease_module.train_with_cosine_head = trained
+    c = method.cfg.method
+    return {"tasks": [{"images": x, "labels": y, "initial": initial[t], "trained": after[t],
+                       "initial_head": heads.initial[t], "trained_head": state_of(heads.heads[t])}
+                      for t, (x, y) in enumerate(data)],
+            "dropout_seed": DROPOUT_SEED,
+            "opts": {"lr": c.lr, "weight_decay": c.weight_decay, "min_lr": c.min_lr, "dropout": c.adapter_dropout}}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--shared", type=Path, default=Path(__file__).resolve().parents[3] / "shared")
+    p.add_argument("--out", type=Path, required=True)
+    args = p.parse_args(argv)
+    torch.manual_seed(0)
+    args.out.mkdir(parents=True, exist_ok=True)
+    saved = {"forward": forward_check(args.shared), "steps": training_steps(args.shared)}
+    torch.save(saved, args.out / "norga_ease.pt")
+    print(f"wrote {args.out / 'norga_ease.pt'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
