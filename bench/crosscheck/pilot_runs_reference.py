@@ -1,0 +1,169 @@
+"""Training runs of RanPAC, APER and EASE's official code on the cross-check's small task, run in the reference
+environment (timm 0.6.13 first on the path):
+
+    python bench/crosscheck/pilot_runs_reference.py --method aper --ref CHECKOUT --saved DIR \
+        --data runs/crosscheck/cifar50_small.npz --seed 1993 --out FILE.json
+
+CHECKOUT is the method's official code (as in ``{ranpac,aper,ease}_reference_side.py``, whose ``make_learner``
+builds its ``Learner`` around the ViT-S/14 at 56 px with the backbone in DIR/norga_<method>.pt), then its own
+loop of its ``trainer.py``: ``incremental_train`` and ``after_task`` for 5 tasks of 10 classes, evaluated after
+every task on each learned task's test images through its ``_eval_cnn`` (top-1). Its data manager is replaced by
+a stand-in with the same interface on the small task: the class order of its ``DataManager``
+(``np.random.seed(seed); np.random.permutation``), labels renumbered by that order, and its CIFAR transforms at
+56 px instead of 224 (train: random resized crop (0.05, 1), ratio (3/4, 4/3), flip; test and prototypes: resize
+to 64 bicubic, centre crop 56; no normalisation). RanPAC's own CIFAR test transform (resize to the input size,
+no crop) is the only one not followed: norga has no recipe for it, so both sides use the crop. Changes in
+memory: its data loaders' ``num_workers`` 8 -> 0, and those of the forward checks. Written: the accuracy matrix
+(rows: after task t; columns: task j <= t) in %.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+from torchvision import transforms as T
+
+from reference_side import reference_args
+
+EPOCHS, BATCH, TASKS, PER_TASK = 5, 20, 5, 10
+
+
+def transforms(train: bool) -> T.Compose:
+    if train:
+        return T.Compose([T.RandomResizedCrop(56, scale=(0.05, 1.0), ratio=(3 / 4, 4 / 3)),
+                          T.RandomHorizontalFlip(p=0.5), T.ToTensor()])
+    return T.Compose([T.Resize(64, interpolation=T.InterpolationMode.BICUBIC), T.CenterCrop(56), T.ToTensor()])
+
+
+class Split(torch.utils.data.Dataset):
+    """(index, image, label) as its DummyDataset yields them; ``labels`` as its learners read them."""
+
+    def __init__(self, images: np.ndarray, labels: np.ndarray, train: bool):
+        self.images, self.labels, self.trsf = images, labels, transforms(train)
+
+    def __len__(self):
+        return len(self.labels)
+
+    def __getitem__(self, i):
+        return i, self.trsf(Image.fromarray(self.images[i])), int(self.labels[i])
+
+
+class SmallTask:
+    """The interface of its ``DataManager`` on the small task: 5 tasks of 10 classes in its seeded order."""
+
+    def __init__(self, npz: Path, seed: int):
+        data = np.load(npz)
+        np.random.seed(seed)
+        order = np.random.permutation(50).tolist()
+        rank = np.argsort(order)  # original class -> position in the order
+        self.data = {split: (data[f"{split}_x"], rank[data[f"{split}_y"]]) for split in ("train", "test")}
+        self.nb_tasks = TASKS
+
+    def get_task_size(self, task: int) -> int:
+        return PER_TASK
+
+    def get_total_classnum(self) -> int:
+        return TASKS * PER_TASK
+
+    def get_dataset(self, indices, source: str, mode: str, **_) -> Split:
+        x, y = self.data[source]
+        keep = np.isin(y, indices)
+        return Split(x[keep], y[keep], mode == "train")
+
+
+def learner_of(method: str, ref_args, saved: dict):
+    """Its Learner, built by the method's reference-side ``make_learner`` with the official values, 5 epochs and
+    batch 20."""
+    state = saved["forward"]["state_dict"]
+    if method == "ranpac":
+        import RanPAC
+        import ranpac_reference_side as side
+        RanPAC.num_workers = 0
+        learner = side.make_learner(side_namespace(method), state, 2000, tuned_epoch=EPOCHS, batch_size=BATCH)
+    elif method == "aper":
+        import aper_reference_side as side
+        import models.aper_adapter as module
+        module.num_workers = 0
+        learner = side.make_learner(side_namespace(method), state, tuned_epoch=EPOCHS, batch_size=BATCH)
+    else:
+        import ease_reference_side as side
+        import models.ease as module
+        module.num_workers = 0
+        learner = side.make_learner(side_namespace(method), state, init_epochs=EPOCHS, later_epochs=EPOCHS,
+                                    batch_size=BATCH)
+    learner.args["seed"] = ref_args.seed
+    return learner
+
+
+def side_namespace(method: str):
+    """The ``ref`` namespace each reference-side script's ``main`` builds (the classes its ``make_learner`` uses)."""
+    from types import SimpleNamespace
+    from easydict import EasyDict
+    if method == "ranpac":
+        import inc_net
+        from petl.vision_transformer_adapter import VisionTransformer
+        import RanPAC
+        return SimpleNamespace(Learner=RanPAC.Learner, inc_net=inc_net, EasyDict=EasyDict,
+                               VisionTransformer=VisionTransformer)
+    if method == "aper":
+        import timm
+        import utils.inc_net as inc_net
+        from convs.vision_transformer_adapter import VisionTransformer
+        from models.aper_adapter import Learner
+        return SimpleNamespace(Learner=Learner, inc_net=inc_net, EasyDict=EasyDict,
+                               VisionTransformer=VisionTransformer, timm=timm)
+    import utils.inc_net as inc_net
+    from backbone.linears import CosineLinear
+    from backbone.vit_ease import VisionTransformer
+    from models.ease import Learner
+    from adapters_reference import DIM
+    reweight = CosineLinear.forward_reweight
+    CosineLinear.forward_reweight = lambda self, x, **kwargs: reweight(self, x, **{**kwargs, "out_dim": DIM})
+    return SimpleNamespace(Learner=Learner, inc_net=inc_net, EasyDict=EasyDict, VisionTransformer=VisionTransformer)
+
+
+def accuracy_matrix(learner, data: SmallTask) -> list:
+    """Its trainer's loop; after task t, its top-1 accuracy (%) on each learned task's test images."""
+    matrix = []
+    for t in range(TASKS):
+        learner.incremental_train(data)
+        row = []
+        for j in range(t + 1):
+            loader = torch.utils.data.DataLoader(data.get_dataset(np.arange(j * PER_TASK, (j + 1) * PER_TASK),
+                                                                  "test", "test"), batch_size=100, shuffle=False)
+            pred, true = learner._eval_cnn(loader)
+            row.append(float((pred[:, 0] == true).mean() * 100))
+        matrix.append(row)
+        print(f"task {t}: {[round(a, 1) for a in row]}", flush=True)
+        learner.after_task()
+    return matrix
+
+
+def main(argv=None) -> int:
+    def extra(p):
+        p.add_argument("--method", choices=("ranpac", "aper", "ease"), required=True)
+        p.add_argument("--data", type=Path, default=Path("runs/crosscheck/cifar50_small.npz"))
+        p.add_argument("--seed", type=int, default=1993)
+        p.add_argument("--out", type=Path, required=True)
+
+    args = reference_args(__doc__, "the method's official code", "bench.crosscheck.<method>_norga_side", argv, extra)
+    from adapters_reference import cpu_only
+    cpu_only()
+    saved = torch.load(args.saved / f"norga_{args.method}.pt", weights_only=False)
+    torch.manual_seed(args.seed)  # its trainer's _set_random, before the data manager and the learner
+    data = SmallTask(args.data, args.seed)
+    learner = learner_of(args.method, args, saved)
+    matrix = accuracy_matrix(learner, data)
+    final = matrix[-1]
+    result = {"method": args.method, "seed": args.seed, "matrix": matrix, "FA": sum(final) / len(final)}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1))
+    print(f"{args.method} seed {args.seed}: FA {result['FA']:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
