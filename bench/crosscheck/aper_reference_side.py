@@ -91,17 +91,23 @@ def training_steps(ref, saved: dict) -> None:
               f"{biggest(getattr(head, name).detach(), steps['trained_head'][name]):.1e} (moved {moved_by:.1e})")
 
 
-def main(argv=None) -> int:
-    args = reference_args(__doc__, "zhoudw-zdw/RevisitingCIL", "bench.crosscheck.aper_norga_side", argv)
-    cpu_only()
+def namespace() -> SimpleNamespace:
+    """Its classes the checks use (run with the checkout on the path, after :func:`cpu_only`)."""
     import timm
+    import models.aper_adapter as aper_adapter
     import utils.inc_net as inc_net
     from convs.vision_transformer_adapter import VisionTransformer
     from easydict import EasyDict
-    from models.aper_adapter import Learner
 
-    ref = SimpleNamespace(Learner=Learner, inc_net=inc_net, EasyDict=EasyDict, VisionTransformer=VisionTransformer,
-                          timm=timm)
+    aper_adapter.num_workers = 0  # its data loaders' worker processes (8)
+    return SimpleNamespace(Learner=aper_adapter.Learner, inc_net=inc_net, EasyDict=EasyDict,
+                           VisionTransformer=VisionTransformer, timm=timm)
+
+
+def main(argv=None) -> int:
+    args = reference_args(__doc__, "zhoudw-zdw/RevisitingCIL", "bench.crosscheck.aper_norga_side", argv)
+    cpu_only()
+    ref = namespace()
     saved = torch.load(args.saved / "norga_aper.pt", weights_only=False)
     forward_check(ref, saved["forward"])
     training_steps(ref, saved)

@@ -101,18 +101,26 @@ def training_steps(ref, saved: dict) -> None:
         learner.after_task()
 
 
-def main(argv=None) -> int:
-    args = reference_args(__doc__, "sun-hailong/CVPR24-Ease", "bench.crosscheck.ease_norga_side", argv)
-    cpu_only()
+def namespace() -> SimpleNamespace:
+    """Its classes the checks use (run with the checkout on the path, after :func:`cpu_only`), with
+    ``forward_reweight`` given ViT-S's width."""
+    import models.ease as ease
     import utils.inc_net as inc_net
     from backbone.linears import CosineLinear
     from backbone.vit_ease import VisionTransformer
     from easydict import EasyDict
-    from models.ease import Learner
 
     reweight = CosineLinear.forward_reweight
     CosineLinear.forward_reweight = lambda self, x, **kwargs: reweight(self, x, **{**kwargs, "out_dim": DIM})
-    ref = SimpleNamespace(Learner=Learner, inc_net=inc_net, EasyDict=EasyDict, VisionTransformer=VisionTransformer)
+    ease.num_workers = 0  # its data loaders' worker processes (8)
+    return SimpleNamespace(Learner=ease.Learner, inc_net=inc_net, EasyDict=EasyDict,
+                           VisionTransformer=VisionTransformer)
+
+
+def main(argv=None) -> int:
+    args = reference_args(__doc__, "sun-hailong/CVPR24-Ease", "bench.crosscheck.ease_norga_side", argv)
+    cpu_only()
+    ref = namespace()
     saved = torch.load(args.saved / "norga_ease.pt", weights_only=False)
     forward_check(ref, saved["forward"])
     training_steps(ref, saved)

@@ -18,6 +18,7 @@ memory: its data loaders' ``num_workers`` 8 -> 0, and those of the forward check
 """
 from __future__ import annotations
 
+import importlib
 import json
 from pathlib import Path
 
@@ -74,55 +75,16 @@ class SmallTask:
         return Split(x[keep], y[keep], mode == "train")
 
 
-def learner_of(method: str, ref_args, saved: dict):
+def learner_of(method: str, saved: dict):
     """Its Learner, built by the method's reference-side ``make_learner`` with the official values, 5 epochs and
     batch 20."""
-    state = saved["forward"]["state_dict"]
+    side = importlib.import_module(f"{method}_reference_side")
+    ref, state = side.namespace(), saved["forward"]["state_dict"]
     if method == "ranpac":
-        import RanPAC
-        import ranpac_reference_side as side
-        RanPAC.num_workers = 0
-        learner = side.make_learner(side_namespace(method), state, 2000, tuned_epoch=EPOCHS, batch_size=BATCH)
-    elif method == "aper":
-        import aper_reference_side as side
-        import models.aper_adapter as module
-        module.num_workers = 0
-        learner = side.make_learner(side_namespace(method), state, tuned_epoch=EPOCHS, batch_size=BATCH)
-    else:
-        import ease_reference_side as side
-        import models.ease as module
-        module.num_workers = 0
-        learner = side.make_learner(side_namespace(method), state, init_epochs=EPOCHS, later_epochs=EPOCHS,
-                                    batch_size=BATCH)
-    learner.args["seed"] = ref_args.seed
-    return learner
-
-
-def side_namespace(method: str):
-    """The ``ref`` namespace each reference-side script's ``main`` builds (the classes its ``make_learner`` uses)."""
-    from types import SimpleNamespace
-    from easydict import EasyDict
-    if method == "ranpac":
-        import inc_net
-        from petl.vision_transformer_adapter import VisionTransformer
-        import RanPAC
-        return SimpleNamespace(Learner=RanPAC.Learner, inc_net=inc_net, EasyDict=EasyDict,
-                               VisionTransformer=VisionTransformer)
+        return side.make_learner(ref, state, 2000, tuned_epoch=EPOCHS, batch_size=BATCH)
     if method == "aper":
-        import timm
-        import utils.inc_net as inc_net
-        from convs.vision_transformer_adapter import VisionTransformer
-        from models.aper_adapter import Learner
-        return SimpleNamespace(Learner=Learner, inc_net=inc_net, EasyDict=EasyDict,
-                               VisionTransformer=VisionTransformer, timm=timm)
-    import utils.inc_net as inc_net
-    from backbone.linears import CosineLinear
-    from backbone.vit_ease import VisionTransformer
-    from models.ease import Learner
-    from adapters_reference import DIM
-    reweight = CosineLinear.forward_reweight
-    CosineLinear.forward_reweight = lambda self, x, **kwargs: reweight(self, x, **{**kwargs, "out_dim": DIM})
-    return SimpleNamespace(Learner=Learner, inc_net=inc_net, EasyDict=EasyDict, VisionTransformer=VisionTransformer)
+        return side.make_learner(ref, state, tuned_epoch=EPOCHS, batch_size=BATCH)
+    return side.make_learner(ref, state, init_epochs=EPOCHS, later_epochs=EPOCHS, batch_size=BATCH)
 
 
 def accuracy_matrix(learner, data: SmallTask) -> list:
@@ -155,7 +117,7 @@ def main(argv=None) -> int:
     saved = torch.load(args.saved / f"norga_{args.method}.pt", weights_only=False)
     torch.manual_seed(args.seed)  # its trainer's _set_random, before the data manager and the learner
     data = SmallTask(args.data, args.seed)
-    learner = learner_of(args.method, args, saved)
+    learner = learner_of(args.method, saved)
     matrix = accuracy_matrix(learner, data)
     final = matrix[-1]
     result = {"method": args.method, "seed": args.seed, "matrix": matrix, "FA": sum(final) / len(final)}

@@ -137,16 +137,22 @@ def training_steps(ref, saved: dict) -> None:
               f"{biggest(trained_head[name], steps['trained_head'][name]):.1e} (moved {moved_by:.1e})")
 
 
-def main(argv=None) -> int:
-    args = reference_args(__doc__, "RanPAC/RanPAC", "bench.crosscheck.ranpac_norga_side", argv)
-    cpu_only()
+def namespace() -> SimpleNamespace:
+    """Its classes the checks use (run with the checkout on the path, after :func:`cpu_only`)."""
     import RanPAC
     import inc_net
     from easydict import EasyDict
     from petl.vision_transformer_adapter import VisionTransformer
 
-    ref = SimpleNamespace(Learner=RanPAC.Learner, inc_net=inc_net, EasyDict=EasyDict,
-                          VisionTransformer=VisionTransformer)
+    RanPAC.num_workers = 0  # its data loaders' worker processes (8)
+    return SimpleNamespace(Learner=RanPAC.Learner, inc_net=inc_net, EasyDict=EasyDict,
+                           VisionTransformer=VisionTransformer)
+
+
+def main(argv=None) -> int:
+    args = reference_args(__doc__, "RanPAC/RanPAC", "bench.crosscheck.ranpac_norga_side", argv)
+    cpu_only()
+    ref = namespace()
     saved = torch.load(args.saved / "norga_ranpac.pt", weights_only=False)
     for float64 in (False, True):
         forward_check(ref, saved["forward"], float64)
