@@ -42,9 +42,9 @@ class TUNAConfig(AdapterTuningConfig):
     ca_cosine_period: int = _f(5, ge=1)  # CosineAnnealingLR(T_max=5) stepped per epoch (a period of 10 epochs)
     stats: str = _f("covariance", choices=("covariance", "variance"))  # ca_storage_efficient_method
     stats_ridge: float = _f(1e-4, ge=0.0)  # added to the covariance's diagonal (the code: 1e-4)
-    # off: the sampled classes keep their mean (decay: false); reference: the code's decay with its negative task
+    # none: the sampled classes keep their mean (decay: false); reference: the code's decay with its negative task
     # size (t_id = class_index // (known - total)); by_task: mean x (0.9 + 0.1 (t_c + 1) / (t + 1)), t_c the task
-    ca_mean_decay: str = _f("off", choices=("off", "reference", "by_task"))
+    ca_mean_decay: str = _f("none", choices=("none", "reference", "by_task"))
 
     def __post_init__(self):
         super().__post_init__()

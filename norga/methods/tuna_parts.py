@@ -72,13 +72,13 @@ def combine(specific: Tensor, universal: Tensor) -> Tensor:
 def mean_factors(task_of: Sequence[int], sizes: Sequence[int], task: int, kind: str) -> List[float]:
     """The factor on each seen class's mean when sampling for the alignment after task ``task``.
 
-    ``task_of[k]``: the task of the k-th seen class (in class order); ``sizes``: the classes per task. ``off``: 1;
+    ``task_of[k]``: the task of the k-th seen class (in class order); ``sizes``: the classes per task. ``none``: 1;
     ``by_task``: 0.9 + 0.1 (task_of + 1) / (task + 1); ``reference``: the code's formula with its task size
     known - total = -sizes[task], so t_id = k // -sizes[task] (floor division) replaces task_of."""
-    if kind == "off":
+    if kind == "none":
         return [1.0] * len(task_of)
     if kind == "by_task":
         return [0.9 + 0.1 * (t + 1) / (task + 1) for t in task_of]
     if kind == "reference":
         return [0.9 + 0.1 * (k // -sizes[task] + 1) / (task + 1) for k in range(len(task_of))]
-    raise ValueError(f"unknown ca_mean_decay {kind!r}; choose off, reference or by_task")
+    raise ValueError(f"unknown ca_mean_decay {kind!r}; choose none, reference or by_task")
