@@ -221,6 +221,8 @@ MUTANTS = (
            ("tests/test_tuna.py",)),
     Mutant("tuna_orth_weight_without_decay", "norga/methods/tuna.py",
            "factor = orthogonality_weight(c.orth_weight, task)", "factor = c.orth_weight", ("tests/test_tuna.py",)),
+    Mutant("tuna_old_adapters_frozen_under_the_penalty", "norga/methods/tuna.py",
+           "if orth and c.orth_updates_old", "if False", ("tests/test_tuna.py",)),
     Mutant("tuna_merge_by_mean", "norga/methods/tuna_parts.py",
            "return (stacked.abs() * agree).amax(0) * sign", "return stacked.mean(0)", ("tests/test_tuna.py",)),
     Mutant("tuna_selects_max_entropy", "norga/methods/tuna_parts.py", "return entropy(task_logits).argmin(0)",

@@ -106,6 +106,9 @@ def test_loss_terms_inputs_and_adapter_init(monkeypatch, init):
         else:
             assert second["up.weight"].abs().sum() == 0 and not torch.equal(first["down.weight"], second["down.weight"])
     stage, batches, forward, terms = seen["tuna"]
+    trained = {id(p) for group in stage.optimizer.param_groups for p in group["params"]}
+    old_ups = {id(b.tuned[1].up.weight) for b in method.blocks}
+    assert old_ups <= trained and not {id(b.tuned[1].down.weight) for b in method.blocks} & trained
     x, y = next(iter(loaders_of(cfg, bench, method, 1).train))
     out = forward((x, y))
     vit = method.model.vit.eval()
@@ -133,16 +136,16 @@ def tuna_run(tmp_path_factory):
 
 
 def test_smoke_run_adapters_universal_slot_and_accuracy_by_hand(tuna_run):
-    """Old task adapters never change; slot 0 is the elect-merge of the task adapters; class means come from the
+    """Old task adapters change only in their up-projection (orth_updates_old); slot 0 is the elect-merge of the task adapters; class means come from the
     un-augmented images under their task's adapter; the final accuracies are the entropy-selected adapter's softmax
     plus the last adapter's (``universal: last_task``), written out."""
     cfg, out, metrics = tuna_run
     states = [torch.load(p, weights_only=True)["method"] for p in sorted((out / "checkpoints").glob("task_*.pt"))]
     assert [s["learned_tasks"] for s in states] == [1, 2, 3]
     for t, s in enumerate(states):
-        for later in states[t + 1:]:
+        for later in states[t + 1:]:  # only the up-projection moves later, by the orthogonality term (the code)
             old, now = _adapter(s["tuned"], 0, t + 1), _adapter(later["tuned"], 0, t + 1)
-            assert all(torch.equal(old[k], now[k]) for k in old)
+            assert all(torch.equal(old[k], now[k]) == (k != "up.weight") for k in old)
     final = states[-1]
     for b in range(2):
         merged = _adapter(final["tuned"], b, 0)

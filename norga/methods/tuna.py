@@ -11,7 +11,8 @@ epoch) on
     L = CosFace(s, m)(cos(phi_{t+1}(x))[:, task t's classes], y)
         + reg e^{-(t+1)} sum_{i<t} mean_l |mean(N(U_l) N(U_{i,l})^T)|      (``orth_weight`` = reg; U: up (D, r))
 
-then frozen. The universal slot becomes the elect-merge of adapters 1..t+1 (:func:`~.tuna_parts.merge_state`).
+then frozen (``orth_updates_old``, the code: the penalty's gradient also moves the older adapters' U while task t
+trains). The universal slot becomes the elect-merge of adapters 1..t+1 (:func:`~.tuna_parts.merge_state`).
 Class statistics (mean, covariance + ridge I) of task t's classes from phi_{t+1} on un-augmented images; after
 every task but the first, classifier alignment: ``ca_epochs`` epochs of ``ca_per_class`` samples per seen class
 (mean scaled by ``ca_mean_decay``), batches of ``ca_per_class``, CE(s cos, y), SGD with a cosine of period
@@ -103,9 +104,12 @@ class TUNA(Method):
 
     def train_adapter(self, task: int, new: nn.ModuleList, loader) -> None:
         c, classes = self.c, self.task_classes[task]
-        for p in new.parameters():
+        orth = c.orth_weight > 0 and task > 0
+        old_ups = [b.tuned[i + 1].up.weight for i in range(task) for b in self.blocks] if orth and c.orth_updates_old \
+            else []
+        for p in [*new.parameters(), *old_ups]:
             p.requires_grad_(True)
-        params = [*new.parameters(), *self.heads.parameters()]
+        params = [*new.parameters(), *self.heads.parameters(), *old_ups]
         optimizer = make_optimizer("sgd", params, lr=c.lr, weight_decay=c.weight_decay, momentum=c.momentum)
         scheduler = epoch_scheduler(optimizer, "cosine", c.epochs, min_lr=c.min_lr)
         view, n_task = TunedView(self.model, task + 1), len(classes)
@@ -116,7 +120,7 @@ class TUNA(Method):
                     "labels": local_labels(y, classes, self.num_classes).to(self.device)}
 
         terms = {"cosface": lambda out: cosface_loss(out["cos"], out["labels"], c.scale, c.margin)}
-        if c.orth_weight > 0 and task > 0:
+        if orth:
             factor = orthogonality_weight(c.orth_weight, task)
             terms["orth"] = lambda out: factor * orthogonality_penalty(
                 [b.tuned[task + 1].up.weight for b in self.blocks],

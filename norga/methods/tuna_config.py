@@ -33,6 +33,9 @@ class TUNAConfig(AdapterTuningConfig):
     scale: float = _f(20.0, gt=0.0)  # s of the CosFace loss, the alignment logits and the test logits; scale: 20
     margin: float = _f(0.0, ge=0.0)  # CosFace margin m; m: 0.0
     orth_weight: float = _f(0.0, ge=0.0)  # reg x exp(-(t+1)) times the orthogonality penalty; 0: off (use_orth: false)
+    # true: the penalty's gradient also moves the older task adapters' up-projections (the code: their snapshots keep
+    # requires_grad and sit in the optimiser); false: older adapters stay frozen (only with orth_weight > 0)
+    orth_updates_old: bool = _f(True)
     # last_task: the universal branch at test time runs the adapter just trained (the code: adapter_id = cur_task + 1
     # reaches cur_adapter; the merged adapter is built but never used); merged: the elect-merged adapter (the paper)
     universal: str = _f("last_task", choices=("last_task", "merged"))
