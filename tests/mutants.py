@@ -32,6 +32,28 @@ class Mutant(NamedTuple):
 
 
 MUTANTS = (
+    # SLCA (#57): tests/test_slca.py recomputes a slow-learner step and an alignment epoch by hand
+    Mutant("slca_backbone_lr_unscaled", "norga/methods/slca.py", '"lr": c.lr * c.backbone_lr_scale,', '"lr": c.lr,',
+           ("tests/test_slca.py",)),
+    Mutant("slca_backbone_without_weight_decay", "norga/methods/slca.py",
+           '"lr": c.lr * c.backbone_lr_scale, "weight_decay": c.weight_decay}',
+           '"lr": c.lr * c.backbone_lr_scale, "weight_decay": 0.0}', ("tests/test_slca.py",)),
+    Mutant("slca_old_heads_in_slow_learner", "norga/methods/slca.py",
+           "heads.requires_grad_(False)\n        head = heads.add(self.device)",
+           "head = heads.add(self.device)\n        heads.requires_grad_(True)\n        head = heads",
+           ("tests/test_slca.py",)),
+    Mutant("slca_stats_from_augmented_images", "norga/methods/slca.py", "extract_features(self.model, loaders.train_plain,",
+           "extract_features(self.model, loaders.train,", ("tests/test_slca.py",)),
+    Mutant("slca_logit_norm_ignored", "norga/methods/slca.py", "if c.ca_logit_norm > 0:", "if False:",
+           ("tests/test_slca.py",)),
+    Mutant("slca_logit_norm_summed", "norga/methods/slca_heads.py", ".mean(-1, keepdim=True)", ".sum(-1, keepdim=True)",
+           ("tests/test_slca.py",)),
+    Mutant("slca_mean_shrink_reversed", "norga/methods/slca_heads.py", "(class_tasks.double() + 1.0) / (task + 1.0)",
+           "(task - class_tasks.double() + 1.0) / (task + 1.0)", ("tests/test_slca.py",)),
+    Mutant("slca_mean_shift_dropped", "norga/methods/slca_heads.py", "return feats + shift.repeat_interleave",
+           "return feats + 0 * shift.repeat_interleave", ("tests/test_slca.py",)),
+    Mutant("slca_aligned_heads_kept", "norga/methods/slca.py", 'if self.c.ca_heads == "keep":', "if True:",
+           ("tests/test_slca.py",)),
     Mutant("tap_uninstructed", "norga/methods/hide_stages.py", "align_head(self.head, self.instructed,",
            "align_head(self.head, self.uninstructed,", ("tests/test_wiring.py",)),
     Mutant("stats_from_augmented_images", "norga/methods/hideprompt.py",

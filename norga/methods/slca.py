@@ -40,7 +40,7 @@ from ..toolkit.stages import extract_features
 from ..toolkit.training import Stage, cross_entropy_term, run_stage, shuffled_batches
 from . import register_method
 from .base import Method, Prediction, TaskLoaders, TestBatch
-from .slca_heads import TaskHeads, mean_scales, task_normalised_logits
+from .slca_heads import TaskHeads, mean_scales, shifted_samples, task_normalised_logits
 
 _CA_STAGE = 1  # stage of task_generator: the alignment's samples and shuffles
 
@@ -119,14 +119,13 @@ class SLCA(Method):
         c, heads = self.c, self.aligned
         heads.requires_grad_(True)
         classes = self.seen_classes(task)
-        scales = mean_scales(self.class_to_task[classes], task, c.ca_mean_shrink).float()
-        shift = ((scales - 1.0)[:, None] * self.store.means(classes)).repeat_interleave(c.ca_samples_per_class, 0)
+        scales = mean_scales(self.class_to_task[classes], task, c.ca_mean_shrink)
         generator = task_generator(self.cfg.seed, task, _CA_STAGE)
         optimizer = make_optimizer("sgd", heads.parameters(), c.ca_lr, c.weight_decay, c.momentum)
 
         def batches(epoch: int):
-            feats, labels = self.store.sample(classes, c.ca_samples_per_class, generator)
-            return shuffled_batches(feats + shift, labels, c.ca_samples_per_class, generator)
+            feats, labels = shifted_samples(self.store, classes, scales, c.ca_samples_per_class, generator)
+            return shuffled_batches(feats, labels, c.ca_samples_per_class, generator)
 
         def forward(batch):
             parts = heads.per_task(batch[0].to(self.device))

@@ -4,14 +4,17 @@
   (B, C) tensor; a class whose task has no head yet scores -inf;
 * :func:`task_normalised_logits` — the alignment's logit normalisation: logits of the seen tasks divided by the
   mean over those tasks of each task's logit L2 norm, then by a temperature;
-* :func:`mean_scales` — the factor each class's stored mean is multiplied by before sampling.
+* :func:`mean_scales` — the factor each class's stored mean is multiplied by before sampling;
+* :func:`shifted_samples` — features sampled from N(s_c mu_c, Sigma_c) for every seen class.
 """
 from __future__ import annotations
 
-from typing import List, Sequence
+from typing import List, Sequence, Tuple
 
 import torch
 from torch import Tensor, nn
+
+from ..toolkit.gaussian import GaussianStore
 
 NORM_EPS = 1e-7  # added to every task's logit norm (the official code's 1e-7)
 
@@ -60,3 +63,12 @@ def mean_scales(class_tasks: Tensor, task: int, shrink: float) -> Tensor:
     """(n,) tasks of n classes -> (n,) factors 1 - shrink + shrink (i + 1) / (task + 1) for a class of task i:
     the current task's classes keep their mean (factor 1), the oldest are shrunk most."""
     return 1.0 - shrink + shrink * (class_tasks.double() + 1.0) / (task + 1.0)
+
+
+def shifted_samples(store: GaussianStore, classes: Sequence[int], scales: Tensor, per_class: int,
+                    generator: torch.Generator) -> Tuple[Tensor, Tensor]:
+    """``per_class`` features (n per_class, D) float32 per class of ``classes`` from the store's Gaussian moved
+    from mu_c to scales[c] mu_c (``scales`` (n,)), and their labels (n per_class,), class by class."""
+    feats, labels = store.sample(classes, per_class, generator)
+    shift = (scales.float() - 1.0)[:, None] * store.means(classes)
+    return feats + shift.repeat_interleave(per_class, 0), labels
