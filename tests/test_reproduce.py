@@ -37,6 +37,7 @@ def test_manifest_has_every_published_cell():
     paper = [c for c in m.cells if c.protocol == "norga_paper"]
     assert all(c.seeds == (42, 40, 44) and c.source.startswith(f"Table {c.table}, row ") for c in paper)
     assert all(c.seeds == (1993,) and c.table == 3 for c in m.cells if c.protocol.startswith("pilot_"))
+    assert all(c.seeds == (1993, 1996, 1997) and c.table == 3 for c in m.cells if c.protocol == "slca_official")
     not_runnable = [c for c in m.cells if not c.runnable]
     assert len(not_runnable) == 16 and all(c.missing and c.table == 2 for c in not_runnable)
     assert {c.method for c in not_runnable} == {"l2p", "dualprompt", "sprompt", "coda"}
@@ -49,6 +50,7 @@ def test_manifest_has_every_published_cell():
     ("t1-imagenet_r-dino1k-norga", "CA", (75.76, 0.49)), ("t1-cifar100-ibot1k-l2p", "FA", (75.51, 0.88)),
     ("t2-cub200-sup21k-norga", "FA", (90.90, None)), ("t2-five_datasets-ibot21k-coda", "FA", (51.65, None)),
     ("t3-cifar100-augreg_in21k-mos", "FA", (89.25, None)), ("t3-imagenet_r-augreg_in21k-mos", "FA", (77.83, None)),
+    ("t3-cifar100-sup21k-slca", "FA", (91.53, None)), ("t3-imagenet_r-sup21k-slca", "FA", (77.00, None)),
 ])
 def test_transcription_spot_checks(cell_id, metric, value):
     cells = {c.id: c for c in load_manifest(PAPER).cells}
