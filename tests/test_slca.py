@@ -181,3 +181,23 @@ def test_config_errors_name_the_fix():
     with pytest.raises(ConfigError, match="method.ca_heads"):
         load_config(SMOKE, ["method.ca_heads=both"])
     assert math.isclose(load_config(SMOKE).method.backbone_lr_scale, 0.01)
+
+
+def test_the_saved_state_holds_the_tuned_backbone():
+    """A fresh method given the state after task 0 (prediction part only) predicts exactly as the trained one; the
+    pretrained backbone alone does not."""
+    from norga.methods.base import TestBatch
+
+    method = _method("method.epochs=1", "method.lr=0.5", "method.backbone_lr_scale=0.1")
+    x, y = _batch(method, 0)
+    method.learn_task(0, TaskLoaders(train=[(x, y)], train_plain=[(x, y)], test=None))
+    batch = TestBatch(x, 0, torch.arange(len(x)), len(x), method.seen_mask(0).cpu())
+    trained = method.predict(batch).logits
+    fresh = _method()
+    fresh.heads.add("cpu")
+    fresh.heads.load_state_dict(method.heads.state_dict())
+    fresh.aligned = copy.deepcopy(fresh.heads)
+    assert not torch.allclose(fresh.predict(batch).logits, trained)  # the heads alone do not reproduce it
+    fresh = _method()
+    fresh.load_state_dict(method.state_dict(0), with_training_state=False)
+    torch.testing.assert_close(fresh.predict(batch).logits, trained, atol=0, rtol=0)
