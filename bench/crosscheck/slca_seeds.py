@@ -15,6 +15,7 @@ from norga.reports.metrics import summarize
 from norga.reports.summary_stats import paired
 
 SEEDS = (1993, 1996, 1997)
+TASKS = 5
 
 
 def as_s(after_rows) -> list:
@@ -30,7 +31,7 @@ def scores(folder: Path) -> dict:
         ref, mine = folder / f"ref_slca_s{seed}.json", folder / f"norga_slca_s{seed}" / "metrics.json"
         if ref.is_file():
             out["reference"][seed] = summarize(as_s(json.loads(ref.read_text())["acc_matrix"]))
-        if mine.is_file():
+        if mine.is_file() and json.loads(mine.read_text()).get("completed_tasks") == TASKS:  # finished runs only
             out["norga"][seed] = summarize(json.loads(mine.read_text())["acc_matrix"])
     return out
 
