@@ -62,7 +62,12 @@ def test_newer_methods_cells_carry_their_own_protocol():
     cells = {c.id: c for c in select(load_manifest(PAPER), table=3)}
     assert cells["t3-cifar100-augreg_in21k-tuna"].published == {"FA": (91.60, None)}
     assert cells["t3-imagenet_r-augreg_in21k-tuna"].published == {"FA": (79.30, None)}
-    assert all(c.seeds == (1993,) and c.protocol.startswith("pilot_") for c in cells.values())
+    pilot = [c for c in cells.values() if c.protocol.startswith("pilot_")]
+    assert {c.method for c in pilot} == {"mos", "tuna"} and all(c.seeds == (1993,) for c in pilot)
+    slca = [c for c in cells.values() if c.method == "slca"]
+    assert len(slca) == 2 and all(c.protocol == "slca_official" and c.seeds == (1993, 1996, 1997) for c in slca)
+    # every table-3 protocol orders classes as PyCIL does (np.random.seed(seed); permutation)
+    assert all("data.class_order_rng=numpy" in c.overrides for c in cells.values())
 
 
 def test_every_entry_config_loads_without_torch():
