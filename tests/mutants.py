@@ -200,7 +200,7 @@ MUTANTS = (
            "extract_features(TunedView(self.model, k), loaders.train", ("tests/test_ease.py",)),
     # InfLoRA and SD-LoRA (#35)
     Mutant("lora_only_newest_branch", "norga/models/lora_qkv.py",
-           "delta = sum(coef[i][:, None] * branch.delta(x) for i, branch in enumerate(self.branches))",
+           "delta = sum(coef[i][:, None] * self.branches[i].delta(x) for i in chosen)",
            "delta = coef[-1][:, None] * self.branches[-1].delta(x)", ("tests/test_inflora.py",)),
     Mutant("lora_k_and_v_swapped", "norga/models/lora_qkv.py", 'SLOTS = {"q": 0, "k": 1, "v": 2}',
            'SLOTS = {"q": 0, "k": 2, "v": 1}', ("tests/test_inflora.py",)),
@@ -215,6 +215,8 @@ MUTANTS = (
            ("tests/test_inflora.py",)),
     Mutant("inflora_energy_unsquared", "norga/methods/inflora.py", "ratio = s.pow(2) / s.pow(2).sum()",
            "ratio = s / s.sum()", ("tests/test_inflora.py",)),
+    Mutant("inflora_cosine_one_epoch_ahead", "norga/methods/inflora.py", "stepping=c.schedule_stepping),", "),",
+           ("tests/test_inflora.py::test_lr_per_epoch_follows_the_official_cosine_schedule",)),
     Mutant("inflora_paper_design_projects_once", "norga/methods/inflora.py",
            "            cov = project(cov.T)  # P R P, R and P symmetric\n", "            pass\n",
            ("tests/test_inflora.py",)),

@@ -3,6 +3,7 @@ the wrapper against its explicit formula and against timm, the designed down-pro
 subspace, the DualGPM memory update by hand, only B training, and the smoke run through ``norga train``."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -257,3 +258,31 @@ def test_the_configured_design_form_reaches_the_method(monkeypatch):
     cfg, bench, method = build_run_parts(load_config(INFLORA_SMOKE, ["method.epochs=0", "method.design=inputs"]))
     method.learn_task(0, loaders_of(cfg, bench, method, 0))
     assert forms and set(forms) == {"inputs"} and len(forms) == len(method.wrappers)
+
+
+@pytest.mark.parametrize("stepping", ["timm", "torch"])
+def test_lr_per_epoch_follows_the_official_cosine_schedule(monkeypatch, stepping):
+    """The official CosineSchedule leaves last_epoch at -1 after construction, so with step() after every epoch,
+    epoch e trains at lr cos(99 pi max(e - 1, 0) / (200 (E - 1))): epochs 0 and 1 at lr (``schedule_stepping: timm``,
+    the default); ``torch`` trains epoch e at the value of e."""
+    seen = []
+    adam_step = torch.optim.Adam.step
+
+    def recording_step(self, *args, **kwargs):
+        seen.append(self.param_groups[0]["lr"])
+        return adam_step(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.optim.Adam, "step", recording_step)
+    epochs, lr = 4, 0.01
+    cfg, bench, method = build_run_parts(load_config(INFLORA_SMOKE, [
+        f"method.epochs={epochs}", f"method.lr={lr}", "method.schedule=coda_cosine",
+        f"method.schedule_stepping={stepping}"]))
+    loaders = loaders_of(cfg, bench, method, 0)
+    method.learn_task(0, loaders)
+    steps = len(loaders.train)
+    per_epoch = [seen[e * steps:(e + 1) * steps] for e in range(epochs)]
+    index = [max(e - 1, 0) for e in range(epochs)] if stepping == "timm" else list(range(epochs))
+    expected = [lr * math.cos(99 * math.pi * i / (200 * (epochs - 1))) for i in index]
+    assert len(seen) == epochs * steps
+    for values, value in zip(per_epoch, expected):
+        assert values == pytest.approx([value] * steps, rel=1e-12)

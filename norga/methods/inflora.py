@@ -187,7 +187,8 @@ class InfLoRA(LoRAMethod):
             x, y = batch
             return {"logits": head(model(x.to(self.device))), "labels": y.to(self.device)}
 
-        run_stage(Stage("inflora", task, c.epochs, optimizer, epoch_scheduler(optimizer, c.schedule, c.epochs),
+        run_stage(Stage("inflora", task, c.epochs, optimizer, epoch_scheduler(optimizer, c.schedule, c.epochs,
+                                                                               stepping=c.schedule_stepping),
                         clip=c.grad_clip, clip_params=params, train_modules=[head], lr_key=self.config_key("lr")),
                   batches=lambda epoch: loaders.train, forward=forward,
                   terms={"ce": cross_entropy_term(self.task_mask(task))})

@@ -40,6 +40,10 @@ class InfLoRAConfig(MethodConfig):
     batch_size: int = _f(128, ge=1)  # official: 128
     # coda_cosine: the official CosineSchedule, lr * cos(0.99 (pi / 2) e / (E - 1)) per epoch; constant: no decay
     schedule: str = _f("coda_cosine", choices=("coda_cosine", "constant", "cosine"))
+    # timm: epoch e trains at the schedule's value of e - 1 (epochs 0 and 1 at lr), as the official CosineSchedule
+    # does (its constructor leaves last_epoch at -1, so the first step() after epoch 0 sets f(0) again); torch: at
+    # that of e (norga before this option: one epoch ahead of the official lr); docs/crosscheck.md
+    schedule_stepping: str = _f("timm", choices=("timm", "torch"))
     grad_clip: Optional[float] = _f(None, gt=0.0)  # max gradient norm (null: off; official: none)
 
     def __post_init__(self):

@@ -1,0 +1,93 @@
+"""norga's side of the SD-LoRA cross-check: ``python -m bench.crosscheck.sd_lora_norga_side --out DIR``.
+
+Writes DIR/norga_sd_lora.pt for ``bench/crosscheck/sd_lora_reference_side.py``:
+
+* **forward**: the DINOv2 ViT-S/14 of ../shared converted by timm to 56 px, 16 real CIFAR-100 test images, norga's
+  ``sd_lora`` (rank 10, q and v of all 12 blocks) given three tasks' components drawn here (A: its own
+  Kaiming-uniform draw, B: N(0, 0.05^2)) and magnitudes 0.9, 0.6, 1.3; the features and the logits of the seen
+  tasks' classes after 1 task (one un-normalised component) and after 3 (two normalised earlier directions and the
+  newest);
+* **training steps**: from norga's initial head and components, ``learn_task`` of task 0 and then task 1 on three
+  fixed batches of 20 training images each (no augmentation), one epoch, SGD momentum 0.9 at 8e-3: each task's
+  initial A, and after the task every component's A and B, the magnitudes and the head.
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import torch
+
+from bench.crosscheck.inflora_norga_side import plain_state
+from bench.crosscheck.lora_inputs import task_batches, test_images
+from bench.crosscheck.norga_side import method_of
+from norga.methods.base import TaskLoaders
+from norga.models.lora_qkv import branch_state
+
+SD_LORA = ["method.rank=10", "method.epochs=1", "method.batch_size=20", "method.lr=0.008", "method.momentum=0.9",
+           "method.magnitude_init=0.8", "method.magnitudes=reset", "method.normalise=factors"]
+MAGNITUDES = (0.9, 0.6, 1.3)
+
+
+def head_state(method) -> dict:
+    return {k: v.clone() for k, v in method.head.state_dict().items()}
+
+
+@torch.no_grad()
+def forward_check(shared: Path, weights: Path) -> dict:
+    vit, method = method_of("cifar100_sd_lora.yaml", SD_LORA, weights)
+    x = test_images(shared)
+    g = torch.Generator().manual_seed(11)
+    out = {"state_dict": plain_state(vit), "images": x, "head": head_state(method), "frozen": method.model(x),
+           "after": {}}
+    for task in range(3):
+        method.start_task(task)
+        for wrapper in method.wrappers.values():
+            wrapper.branches[-1].up.copy_(0.05 * torch.randn(wrapper.branches[-1].up.shape, generator=g))
+        for alpha, value in zip(method.magnitudes, MAGNITUDES):
+            alpha.fill_(value)
+        if task + 1 in (1, 3):
+            features = method.model(x)
+            out["after"][task + 1] = {"features": features, "logits": method.head(features)[:, :10 * (task + 1)],
+                                      "branches": branch_state(method.wrappers),
+                                      "magnitudes": [float(a) for a in method.magnitudes]}
+    return out
+
+
+def training_steps(shared: Path, weights: Path) -> dict:
+    _, method = method_of("cifar100_sd_lora.yaml", SD_LORA, weights)
+    out = {"initial_head": head_state(method), "tasks": []}
+    start_task = method.start_task
+
+    def recording_start(task: int):
+        params = start_task(task)
+        out["tasks"].append({"initial_down": {key: w.branches[-1].down.detach().clone()
+                                              for key, w in method.wrappers.items()}})
+        return params
+
+    method.start_task = recording_start
+    for task in (0, 1):
+        batches = task_batches(shared, task)
+        method.learn_task(task, TaskLoaders(batches, None, None))
+        out["tasks"][task].update(batches=batches, branches=branch_state(method.wrappers), head=head_state(method),
+                                  magnitudes=[float(a.detach()) for a in method.magnitudes])
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--shared", type=Path, default=Path(__file__).resolve().parents[3] / "shared")
+    p.add_argument("--out", type=Path, required=True)
+    args = p.parse_args(argv)
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    args.out.mkdir(parents=True, exist_ok=True)
+    weights = args.shared / "weights" / "dinov2_vits14_imgfocus.safetensors"
+    saved = {"forward": forward_check(args.shared, weights), "steps": training_steps(args.shared, weights)}
+    torch.save(saved, args.out / "norga_sd_lora.pt")
+    print(f"wrote {args.out / 'norga_sd_lora.pt'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
