@@ -16,47 +16,31 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Callable, Dict, List
+from typing import Callable, List
 
 from bench import real_data_cpu, source_tables  # noqa: F401  (source_tables registers its blocks)
+from bench.group_tables import arm_table, has_intervals, pair_table, register_group, verdicts
 from bench.moe_arms import routing_lines, routing_pair_lines
 from bench.regimes import REPO
 from bench.row_merge import load_rows, rows_path
 from bench.table_blocks import MARKER, Results, block, render, stale_blocks
-from norga.reports.summary_stats import sign_of, table_head
+from norga.reports.summary_stats import table_head
 
 
 MATCHED = ["lora_moe", "mh_moe", "lora_moe_k16_top5"]
 H_SWEEP = ["mh_moe_h2", "mh_moe_h4", "mh_moe", "mh_moe_h8"]  # H = 2, 4, 6 (the backbone's heads), 8
 HEADWISE = ["norga_headwise", "norga_tanh", "hideprompt"]
 OVERVIEW = ["norga_tanh", "hideprompt", "no_prompt", "simplecil", "ranpac", "aper", "ease", "inflora", "sd_lora",
-            "sprompt", "dualprompt", "l2p", "coda", "lora_moe", "mh_moe"]
-PAIR_COLUMNS = ("FA", "FM", "TIL_FA")
+            "slca", "mos", "tuna", "hidelora", "sprompt", "dualprompt", "l2p", "coda", "lora_moe", "mh_moe"]
 
 
 def _table(lines: List[str]) -> List[str]:
     return [ln for ln in lines if ln.startswith("|")]
 
 
-def _arm_table(results: Results, names: List[str]) -> List[str]:
-    """The statistics table of the arms ``names`` that have rows, in that order."""
-    arms = results.stats["arms"]
-    return table_head("arm", real_data_cpu.STAT_COLUMNS) + [
-        real_data_cpu.arm_stat_row(a, arms[a]) for a in names if a in arms]
-
-
-def _pair_table(results: Results, names: List[str], columns=PAIR_COLUMNS) -> List[str]:
-    """The paired-difference table (``columns``: FA, FM, TIL_FA unless told) of the pairs ``names`` that have
-    rows, in that order; no lines when none has."""
-    pairs = results.stats["pairs"]
-    present = [n for n in names if n in pairs]
-    return table_head("difference", columns) + [
-        real_data_cpu.pair_stat_row(n, pairs[n], columns) for n in present] if present else []
-
-
 @block("evidence-overview", OVERVIEW)
 def evidence_overview(results: Results) -> List[str]:
-    return _arm_table(results, OVERVIEW)
+    return arm_table(results, OVERVIEW)
 
 
 MAIN_PAIRS = ["norga_tanh − hideprompt", "hideprompt − no_prompt", "norga_tanh − no_prompt"]
@@ -65,7 +49,7 @@ MAIN_PAIRS = ["norga_tanh − hideprompt", "hideprompt − no_prompt", "norga_ta
 @block("evidence-main-pairs", ["hideprompt", "norga_tanh", "no_prompt"])
 def evidence_main_pairs(results: Results) -> List[str]:
     """docs/results.md: the gate and the prompts, paired (every STAT_COLUMNS metric)."""
-    return _pair_table(results, MAIN_PAIRS, real_data_cpu.STAT_COLUMNS)
+    return pair_table(results, MAIN_PAIRS, real_data_cpu.STAT_COLUMNS)
 
 
 @block("evidence-diagnostics", ["hideprompt", "norga_tanh"])
@@ -86,7 +70,7 @@ def moe_pairs(results: Results) -> List[str]:
 
 @block("moe-vs-frozen", ["lora_moe", "mh_moe", "no_prompt"])
 def moe_vs_frozen(results: Results) -> List[str]:
-    return _pair_table(results, [n for n in results.stats["pairs"] if n.endswith(" − no_prompt") and "moe" in n])
+    return pair_table(results, [n for n in results.stats["pairs"] if n.endswith(" − no_prompt") and "moe" in n])
 
 
 @block("h-sweep", H_SWEEP)
@@ -101,62 +85,35 @@ def h_sweep_pair(results: Results) -> List[str]:
 
 @block("headwise-arms", HEADWISE)
 def headwise_arms(results: Results) -> List[str]:
-    return _arm_table(results, HEADWISE) if "norga_headwise" in results.stats["arms"] else []
+    return arm_table(results, HEADWISE) if "norga_headwise" in results.stats["arms"] else []
 
 
 @block("headwise-pairs", HEADWISE)
 def headwise_pairs(results: Results) -> List[str]:
     names = [n for n in results.stats["pairs"] if n.startswith("norga_headwise − ")]
-    return _pair_table(results, names, real_data_cpu.STAT_COLUMNS)
+    return pair_table(results, names, real_data_cpu.STAT_COLUMNS)
 
 
 PROMPT_BASELINES = ["sprompt", "l2p", "dualprompt", "coda"]
 NEWER_BASELINES = ["ranpac", "aper", "ease", "inflora", "sd_lora"]  # issue #35's arms
+NEWEST_METHODS = ["slca", "mos", "tuna", "hidelora"]  # issue #57's arms
 SIMPLECIL_PAIRS = ["sprompt", "dualprompt", "l2p", "coda", "ranpac", "aper", "ease", "inflora", "sd_lora", "no_prompt"]
 
 
 @block("baselines-vs-simplecil", SIMPLECIL_PAIRS + ["simplecil"])
 def baselines_vs_simplecil(results: Results) -> List[str]:
     """Paired differences arm − simplecil (the prompt-free row of the published tables)."""
-    return _pair_table(results, [f"{a} − simplecil" for a in SIMPLECIL_PAIRS])
-
-
-def _has_intervals(results: Results, names: List[str]) -> bool:
-    """Every pair in ``names`` is there with at least two seeds (an interval needs two)."""
-    pairs = results.stats["pairs"]
-    return all(n in pairs and len(pairs[n]["FA"][0]) >= 2 for n in names)
-
-
-def _verdicts(results: Results, metric: str, arms: List[str] = PROMPT_BASELINES, reference: str = "simplecil") -> str:
-    """``above a, b; level c; below d`` for the ``arms``' paired ``metric`` − ``reference`` (95% interval)."""
-    groups: Dict[str, List[str]] = {"above": [], "level": [], "below": []}
-    for arm in arms:
-        e = results.stats["pairs"][f"{arm} − {reference}"][metric][1]
-        groups[{1: "above", 0: "level", -1: "below"}[sign_of(e)]].append(f"`{arm}`")
-    return "; ".join(f"{word} {', '.join(arms)}" for word, arms in groups.items() if arms)
+    return pair_table(results, [f"{a} − simplecil" for a in SIMPLECIL_PAIRS])
 
 
 @block("baselines-simplecil-verdict", PROMPT_BASELINES + ["simplecil"])
 def baselines_simplecil_verdict(results: Results) -> List[str]:
     """README: the prompt baselines against SimpleCIL in one sentence (level = the interval includes 0)."""
-    if not _has_intervals(results, [f"{a} − simplecil" for a in PROMPT_BASELINES]):
+    if not has_intervals(results, [f"{a} − simplecil" for a in PROMPT_BASELINES]):
         return []
-    return [f"Against SimpleCIL, the published tables' prompt-free row, the prompt baselines are in FA "
-            f"{_verdicts(results, 'FA')}; given the task (TIL FA) {_verdicts(results, 'TIL_FA')} (paired over the "
-            "seeds, *level*: the 95% interval includes 0):"]
-
-
-@block("newer-baselines-verdict", NEWER_BASELINES + ["no_prompt", "norga_tanh"])
-def newer_baselines_verdict(results: Results) -> List[str]:
-    """README: the newer baselines against no_prompt and norga_tanh, one sentence each (level = includes 0)."""
-    lines = []
-    for reference in ("no_prompt", "norga_tanh"):
-        if not _has_intervals(results, [f"{a} − {reference}" for a in NEWER_BASELINES]):
-            return []
-        lines.append(f"Against `{reference}` the newer baselines are in FA "
-                     f"{_verdicts(results, 'FA', NEWER_BASELINES, reference)}; given the task (TIL FA) "
-                     f"{_verdicts(results, 'TIL_FA', NEWER_BASELINES, reference)}.")
-    return lines + ["(Paired over the seeds; *level*: the 95% interval includes 0; tables on each method's page.)"]
+    fa, til = (verdicts(results, metric, PROMPT_BASELINES, "simplecil") for metric in ("FA", "TIL_FA"))
+    return [f"Against SimpleCIL, the published tables' prompt-free row, the prompt baselines are in FA {fa}; "
+            f"given the task (TIL FA) {til} (paired over the seeds, *level*: the 95% interval includes 0):"]
 
 
 BASELINE_TABLE = ["no_prompt", "norga_tanh", *PROMPT_BASELINES]  # the arms of docs/results.md's baseline tables
@@ -165,29 +122,14 @@ BASELINE_TABLE = ["no_prompt", "norga_tanh", *PROMPT_BASELINES]  # the arms of d
 @block("baselines-arms", BASELINE_TABLE)
 def baselines_arms(results: Results) -> List[str]:
     """docs/results.md: the prompt baselines beside no_prompt and norga_tanh."""
-    return _arm_table(results, BASELINE_TABLE)
+    return arm_table(results, BASELINE_TABLE)
 
 
 @block("baselines-pairs", BASELINE_TABLE)
 def baselines_pairs(results: Results) -> List[str]:
     """docs/results.md: each prompt baseline − no_prompt, then norga_tanh − each prompt baseline."""
-    return _pair_table(results, [*(f"{a} − no_prompt" for a in PROMPT_BASELINES),
+    return pair_table(results, [*(f"{a} − no_prompt" for a in PROMPT_BASELINES),
                                  *(f"norga_tanh − {a}" for a in PROMPT_BASELINES)])
-
-
-NEWER_TABLE = ["no_prompt", "norga_tanh", *NEWER_BASELINES]  # docs/results.md's newer-baseline tables
-
-
-@block("newer-baselines-arms", NEWER_TABLE)
-def newer_baselines_arms(results: Results) -> List[str]:
-    """docs/results.md: issue #35's baselines beside no_prompt and norga_tanh."""
-    return _arm_table(results, NEWER_TABLE)
-
-
-@block("newer-baselines-pairs", NEWER_TABLE)
-def newer_baselines_pairs(results: Results) -> List[str]:
-    """docs/results.md: each newer baseline − no_prompt, then each − norga_tanh."""
-    return _pair_table(results, [f"{a} − {ref}" for ref in ("no_prompt", "norga_tanh") for a in NEWER_BASELINES])
 
 
 def method_evidence(arm: str) -> Callable[[Results], List[str]]:
@@ -202,7 +144,10 @@ def method_evidence(arm: str) -> Callable[[Results], List[str]]:
     return table
 
 
-for _arm in NEWER_BASELINES:
+register_group("newer-baselines", "the newer baselines", NEWER_BASELINES, ("no_prompt", "norga_tanh"))
+register_group("newest-methods", "the newest methods", NEWEST_METHODS, ("no_prompt", "norga_tanh", "simplecil"))
+
+for _arm in NEWER_BASELINES + NEWEST_METHODS:
     block(f"{_arm}-evidence", [_arm])(method_evidence(_arm))
 
 

@@ -83,16 +83,34 @@ class Regime:
         return flatten(self.quick)
 
     def _own_quick(self, arm: str) -> Dict[str, Any]:
-        """``quick_own_method`` without the method keys ``arm``'s method does not have (SimpleCIL has no epochs)."""
+        """The quick keys of an arm with its own method: ``quick``'s method keys that the arm's method has (a
+        HiDe-LoRA arm has the base's ``wtp``/``tii``/``tap`` sections), then ``quick_own_method``'s (SimpleCIL
+        has no epochs: keys a method lacks are left out)."""
         name = read_config_file(self.arm_config(arm)).get("method", {}).get("name")
-        fields = {f.name for f in dataclasses.fields(method_config_class(name))}
-        method = {k: v for k, v in self.quick_own_method.get("method", {}).items() if k in fields}
-        return {**self.quick_own_method, "method": method} if method else \
-            {k: v for k, v in self.quick_own_method.items() if k != "method"}
+        defaults = method_config_class(name)()
+        method = {**known_keys(self.quick.get("method", {}), defaults),
+                  **known_keys(self.quick_own_method.get("method", {}), defaults)}
+        own = {k: v for k, v in self.quick_own_method.items() if k != "method"}
+        return {**own, "method": method} if method else own
 
     def config(self, arm: str, quick: bool, extra: List[str] = ()):
         """The arm's resolved config (``extra``: further overrides, e.g. the seed and data root)."""
         return load_config(self.arm_config(arm), self.overrides(arm, quick) + list(extra))
+
+
+def known_keys(section: Dict[str, Any], options: Any) -> Dict[str, Any]:
+    """The keys of ``section`` (nested mappings) that the config dataclass instance ``options`` has."""
+    kept = {}
+    for key, value in section.items():
+        if not hasattr(options, key):
+            continue
+        inner = getattr(options, key)
+        if isinstance(value, dict) and dataclasses.is_dataclass(inner):
+            value = known_keys(value, inner)
+            if not value:
+                continue
+        kept[key] = value
+    return kept
 
 
 def load_regime(folder: Path) -> Regime:

@@ -118,6 +118,8 @@ def test_every_arm_resolves_to_a_valid_config(regime, tmp_path):
     for arm in r.all_arms():
         quick = r.config(arm, quick=True)
         assert quick.method.name == configs[arm].method.name and quick.data.name == configs[arm].data.name
+        if hasattr(quick.method, "wtp"):  # a HiDe-pipeline arm: --quick shortens its stages too
+            assert quick.method.wtp.epochs == r.config("hideprompt", quick=True).method.wtp.epochs
     data = {c.data.name for c in configs.values()}, {c.data.num_tasks for c in configs.values()}
     assert all(len(s) == 1 for s in data)
     for arm, cfg in configs.items():
@@ -126,7 +128,8 @@ def test_every_arm_resolves_to_a_valid_config(regime, tmp_path):
         elif arm in r.optional:
             assert cfg.method.name == arm.split("_k")[0].split("_h")[0]  # lora_moe_k16_top5 -> lora_moe
             if arm not in ("simplecil", "ranpac"):  # no training at all
-                assert cfg.method.epochs == configs["hideprompt"].method.wtp.epochs
+                trained = cfg.method.wtp if hasattr(cfg.method, "wtp") else cfg.method
+                assert trained.epochs == configs["hideprompt"].method.wtp.epochs
         elif arm == "no_prompt":
             assert cfg.method.prompt_length == 0
         else:
@@ -173,6 +176,22 @@ def _former_overrides(former: dict, arm: str, quick: bool) -> list:
     if own and any(o.startswith("method=") for o in own):
         return own + ([o for o in former["quick"] if o.startswith("data.")] + ["method.epochs=1"] if quick else [])
     return (former["arms"].get(arm) or own) + (former["quick"] if quick else [])
+
+
+@pytest.mark.parametrize("quick", [False, True], ids=["full", "quick"])
+def test_the_hidelora_arm_replaces_only_the_prompt(quick):
+    """Against norga_tanh the evidence arm hidelora changes the WTP adapter, not the pipeline: the same TII, TAP,
+    statistics and WTP budget (epochs, lr, batch, schedule, head lr), quick or not."""
+    from dataclasses import asdict
+
+    r = real_data_cpu.REGIMES["evidence"]
+    lora, prompt = r.config("hidelora", quick).method, r.config("norga_tanh", quick).method
+    assert asdict(lora.tii) == asdict(prompt.tii) and asdict(lora.tap) == asdict(prompt.tap)
+    assert (lora.stats.kind, lora.stats.ridge) == (prompt.stats.kind, prompt.stats.ridge)
+    same = ("epochs", "lr", "batch_size", "schedule", "head_lr_scale")
+    assert [getattr(lora.wtp, k) for k in same] == [getattr(prompt.wtp, k) for k in same]
+    assert lora.wtp.warmup_epochs == 0 and lora.scale_lr_by_batch == prompt.scale_lr_by_batch
+    assert lora.lora_layers == prompt.prompt_layers and lora.rank == prompt.prompt_length
 
 
 @pytest.mark.parametrize("quick", [False, True], ids=["full", "quick"])
