@@ -1,4 +1,4 @@
-"""What APER, EASE and RanPAC's first session share: attaching a tuning to the frozen ViT, training tuned
+"""What APER, EASE, MOS, TUNA and RanPAC's first session share: attaching a tuning to the frozen ViT, training tuned
 parameters through a cosine head on one task's classes, and class means of features (their prototypes).
 
 The training stage is the APER/EASE code's: a fresh :class:`~norga.models.adapters.CosineHead` over the task's
@@ -18,7 +18,16 @@ from ..models.adapters import (CosineHead, add_adapters, attach_adapter_blocks, 
 from ..toolkit.optimizers import make_optimizer
 from ..toolkit.schedules import epoch_scheduler
 from ..toolkit.training import Stage, run_stage
-from .base import check_blocks
+from .base import chosen_blocks
+
+
+def frozen_adapter_blocks(method, vit: nn.Module, layers: Optional[Sequence[int]]):
+    """(token model, block indices, wrapped blocks) of an adapter method: ``method.frozen_token_model(vit)`` freezes
+    every backbone weight before any adapter exists, then the blocks ``layers`` (``method.adapter_layers``; None:
+    all) are wrapped as :class:`~norga.models.adapters.AdaptedBlock` with no adapter yet."""
+    model = method.frozen_token_model(vit)
+    chosen = chosen_blocks(vit, layers, "method.adapter_layers")
+    return model, chosen, attach_adapter_blocks(model.vit, chosen)
 
 
 def _adapters(vit: nn.Module, layers: Sequence[int], opts, dim: int) -> List[nn.Module]:

@@ -29,11 +29,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..models.adapters import add_adapters, attach_adapter_blocks
+from ..models.adapters import add_adapters
 from ..toolkit.stages import extract_features
 from . import register_method
-from .adapter_stage import TunedView, cached_features, class_means, train_with_cosine_head
-from .base import Method, Prediction, TaskLoaders, TestBatch, chosen_blocks
+from .adapter_stage import (TunedView, cached_features, class_means, frozen_adapter_blocks,
+                            train_with_cosine_head)
+from .base import Method, Prediction, TaskLoaders, TestBatch
 
 
 SOFTMAX_AXIS = {"donors": 1, "old_classes": 0}  # complement_softmax -> the axis of W (n_old, n_donors)
@@ -75,9 +76,7 @@ class EASE(Method):
     def __init__(self, vit, task_classes, cfg, device):
         super().__init__(vit, task_classes, cfg, device)
         c = self.c = cfg.method
-        self.model = self.frozen_token_model(vit)  # freezes every backbone weight before any adapter exists
-        self.layers = chosen_blocks(vit, c.adapter_layers, "method.adapter_layers")
-        self.blocks = attach_adapter_blocks(self.model.vit, self.layers)
+        self.model, self.layers, self.blocks = frozen_adapter_blocks(self, vit, c.adapter_layers)
         self.tuned = nn.ModuleList(b.tuned for b in self.blocks)
         dim = self.model.embed_dim
         self.prototypes = torch.zeros(self.num_classes, self.num_tasks, dim, device=device)

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..models.adapters import BottleneckAdapter, add_adapters, attach_adapter_blocks, tuning
+from ..models.adapters import BottleneckAdapter, add_adapters, tuning
 from ..toolkit.gaussian import GaussianStore
 from ..toolkit.optimizers import make_optimizer
 from ..toolkit.schedules import epoch_scheduler
@@ -34,8 +34,8 @@ from ..toolkit.seeding import named_generator, task_generator
 from ..toolkit.stages import align_head, extract_features, official_contrastive_regulariser
 from ..toolkit.training import Stage, cross_entropy_term, run_stage
 from . import register_method
-from .adapter_stage import TunedView, cached_features, class_means
-from .base import Method, Prediction, TaskLoaders, TestBatch, chosen_blocks
+from .adapter_stage import TunedView, cached_features, class_means, frozen_adapter_blocks
+from .base import Method, Prediction, TaskLoaders, TestBatch
 from .mos_parts import accumulate_, ensemble, merge_, refine, set_test_adapter_, zero_
 
 _ALIGN_STAGE = 7  # task_generator stage of the classifier alignment's sampling and shuffles
@@ -49,9 +49,7 @@ class MOS(Method):
     def __init__(self, vit, task_classes, cfg, device):
         super().__init__(vit, task_classes, cfg, device)
         c = self.c = cfg.method
-        self.model = self.frozen_token_model(vit)
-        self.layers = chosen_blocks(vit, c.adapter_layers, "method.adapter_layers")
-        self.blocks = attach_adapter_blocks(self.model.vit, self.layers)
+        self.model, self.layers, self.blocks = frozen_adapter_blocks(self, vit, c.adapter_layers)
         dim = self.model.embed_dim
         add_adapters(self.blocks, dim, c.bottleneck, c.adapter_scale, c.adapter_dropout)
         self.tuned = nn.ModuleList(b.tuned for b in self.blocks)

@@ -30,7 +30,7 @@ from typing import Any, Dict, List
 import torch
 from torch import Tensor, nn
 
-from ..models.adapters import add_adapters, attach_adapter_blocks, tuning
+from ..models.adapters import add_adapters, tuning
 from ..toolkit.gaussian import GaussianStore
 from ..toolkit.optimizers import make_optimizer
 from ..toolkit.schedules import epoch_scheduler
@@ -38,8 +38,8 @@ from ..toolkit.seeding import named_generator
 from ..toolkit.stages import extract_features
 from ..toolkit.training import Stage, run_stage
 from . import register_method
-from .adapter_stage import TunedView, cached_features, local_labels
-from .base import Method, Prediction, TaskLoaders, TestBatch, chosen_blocks
+from .adapter_stage import TunedView, cached_features, frozen_adapter_blocks, local_labels
+from .base import Method, Prediction, TaskLoaders, TestBatch
 from .tuna_parts import (combine, cosface_loss, cosine_logits, mean_factors, merge_state, orthogonality_penalty,
                          orthogonality_weight, select_by_entropy)
 
@@ -52,9 +52,7 @@ class TUNA(Method):
     def __init__(self, vit, task_classes, cfg, device):
         super().__init__(vit, task_classes, cfg, device)
         c = self.c = cfg.method
-        self.model = self.frozen_token_model(vit)  # freezes every backbone weight before any adapter exists
-        self.layers = chosen_blocks(vit, c.adapter_layers, "method.adapter_layers")
-        self.blocks = attach_adapter_blocks(self.model.vit, self.layers)
+        self.model, self.layers, self.blocks = frozen_adapter_blocks(self, vit, c.adapter_layers)
         self.tuned = nn.ModuleList(b.tuned for b in self.blocks)
         self.heads = nn.ParameterList()
         self.stats = GaussianStore(c.stats, c.stats_ridge, seed=cfg.seed)
