@@ -22,6 +22,7 @@ from norga.toolkit.feature_store import FeatureStore, open_store
 from norga.toolkit.stages import extract_features
 
 SIMPLECIL = SMOKE.parent / "smoke" / "simplecil.yaml"
+HIDELORA = SMOKE.parent / "smoke" / "hidelora.yaml"
 TIMES = ("task_seconds",)
 
 
@@ -32,8 +33,9 @@ def same_except_times(a: dict, b: dict) -> bool:
 def same_method_states(a: Path, b: Path) -> bool:
     """The last checkpoints' method states (prompts, heads, statistics, prototypes) are equal tensor for tensor."""
     def flat(state, prefix=""):
-        if isinstance(state, dict):
-            return {k: v for key, value in state.items() for k, v in flat(value, f"{prefix}{key}.").items()}
+        if isinstance(state, (dict, list, tuple)):
+            items = state.items() if isinstance(state, dict) else enumerate(state)
+            return {k: v for key, value in items for k, v in flat(value, f"{prefix}{key}.").items()}
         return {prefix: state}
 
     last = sorted((a / "checkpoints").glob("task_*.pt"))[-1].name
@@ -106,6 +108,27 @@ def test_only_the_missing_rows_are_computed(tmp_path):
     assert torch.equal(feats, fresh) and torch.equal(labels, fresh_labels)
 
 
+def test_lora_branches_keep_the_feature_space_until_a_pass_applies_them():
+    """HiDe-LoRA adds a branch per task and switches them all off in a frozen pass: one feature space for every
+    task; a pass that applies branches, and a model without the wrappers, each get another one."""
+    from norga.models.lora_qkv import attach_lora_qkv
+    from norga.toolkit.feature_store import forward_fingerprint
+
+    vit = tiny_vit(0)
+    plain = forward_fingerprint(vit)
+    wrappers = attach_lora_qkv(vit, [0, 1], ["k", "v"])
+    for w in wrappers.values():
+        w.active = ()
+    no_branch = forward_fingerprint(vit)
+    for w in wrappers.values():
+        w.add_branch(2), w.add_branch(2)
+    assert forward_fingerprint(vit) == no_branch != plain
+    assert all("branches applied: none" in line for line in no_branch if "LoRAQKV" in line)
+    wrappers["0"].active = None  # both branches of block 0 applied: not a frozen pass
+    applied = forward_fingerprint(vit)
+    assert applied != no_branch and any("branches applied: 0,1" in line for line in applied)
+
+
 def test_a_corrupt_part_is_recomputed_never_used(tmp_path):
     cfg, bench, method = build_run_parts(load_config(SMOKE, SHORT_SMOKE))
     dataset = bench.test_set(0)
@@ -124,7 +147,8 @@ def test_a_corrupt_part_is_recomputed_never_used(tmp_path):
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("config,overrides", [(SMOKE, SHORT_SMOKE), (SIMPLECIL, [])], ids=["norga", "simplecil"])
+@pytest.mark.parametrize("config,overrides", [(SMOKE, SHORT_SMOKE), (SIMPLECIL, []), (HIDELORA, [])],
+                         ids=["norga", "simplecil", "hidelora"])
 def test_same_metrics_with_and_without_the_store_and_a_second_seed_reuses_rows(tmp_path, config, overrides):
     """Runs of seed 0 and 1 with and without the store; the backbone is a checkpoint, so both seeds share it."""
     weights = tmp_path / "tiny.pth"
@@ -141,6 +165,7 @@ def test_same_metrics_with_and_without_the_store_and_a_second_seed_reuses_rows(t
     assert same_method_states(tmp_path / "s0_plain", tmp_path / "s0_store")
     read, computed = store_counts(tmp_path / "s0_store")
     assert computed > 0
+    assert len(list(cache.glob("*/space.json"))) == 1  # one feature space for every task (HiDe-LoRA: 1, not 1 per task)
     written = parts(cache)
     second = run(1, True)
     read, computed = store_counts(tmp_path / "s1_store")

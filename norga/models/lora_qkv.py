@@ -59,6 +59,9 @@ class LoRAQKV(nn.Module):
     the coefficient c_i[p] of each branch and projection, set by the method that owns the branches.
     """
 
+    # the frozen-feature store's fingerprint leaves the branches out and keeps frozen_forward_note's line instead
+    outside_frozen_forward = ("branches",)
+
     def __init__(self, qkv: nn.Linear, targets: Sequence[str], layer: int = 0):
         super().__init__()
         if not isinstance(qkv, nn.Linear) or qkv.out_features != 3 * qkv.in_features:
@@ -79,6 +82,11 @@ class LoRAQKV(nn.Module):
         branch = LoRABranch(self.dim, rank, len(self.targets)).to(self.qkv.weight.device)
         self.branches.append(branch)
         return branch
+
+    def frozen_forward_note(self) -> str:
+        """Which branches a forward applies now (a frozen pass, e.g. HiDe-LoRA's, sets ``active = ()``: none)."""
+        chosen = range(len(self.branches)) if self.active is None else self.active
+        return "branches applied: " + (",".join(str(i) for i in chosen) or "none")
 
     def reset_record(self) -> None:
         self.gram, self.tokens = None, 0

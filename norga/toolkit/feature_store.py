@@ -48,8 +48,22 @@ def tensor_checksum(tensors: Dict[str, Tensor]) -> str:
 
 
 def forward_fingerprint(model: nn.Module) -> List[str]:
-    """What fixes the frozen forward of ``model`` besides its weights: every submodule's name and class."""
-    return [f"{name}:{type(module).__module__}.{type(module).__qualname__}" for name, module in model.named_modules()]
+    """What fixes the frozen forward of ``model`` besides its weights: every submodule's name and class.
+
+    A module class may list in ``outside_frozen_forward`` the children its forward skips in a frozen pass, and
+    say with ``frozen_forward_note()`` which of them it applies now (:class:`~norga.models.lora_qkv.LoRAQKV`: its
+    LoRA branches, none in a frozen pass). The children are left out and the note is kept, so a method that adds a
+    branch per task keeps one feature space, and a pass that applies branches gets a space of its own."""
+    skipped = [f"{name}.{child}" if name else child for name, module in model.named_modules()
+               for child in getattr(type(module), "outside_frozen_forward", ())]
+    return [_module_entry(name, module) for name, module in model.named_modules()
+            if not any(name == s or name.startswith(s + ".") for s in skipped)]
+
+
+def _module_entry(name: str, module: nn.Module) -> str:
+    entry = f"{name}:{type(module).__module__}.{type(module).__qualname__}"
+    note = getattr(module, "frozen_forward_note", None)
+    return f"{entry} ({note()})" if note is not None else entry
 
 
 def sample_keys(dataset) -> np.ndarray:
