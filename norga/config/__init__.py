@@ -16,7 +16,7 @@ Modules: :mod:`.fields` (ConfigError, the field helper), :mod:`.registry` (metho
 :mod:`.schema` (the dataclasses), :mod:`.parsing` (validation), :mod:`.loading` (files, includes, overrides),
 :mod:`.shipped` (the configs installed with norga, by name: ``load_config("smoke")``; ``norga configs``).
 """
-from .fields import ConfigError, _f
+from .fields import SCHEDULE_STEPPINGS, ConfigError, _f, stepping_field
 from .loading import load_config, merge_configs, read_config_file
 from .parsing import config_to_dict, from_dict
 from .registry import (METHOD_CONFIGS, METHOD_MODULES, METHODS_PACKAGE, method_config, method_config_class,
@@ -25,6 +25,7 @@ from .schema import (AMP_MODES, COMPILE_MODES, DEFAULT_METHOD, MOVED_KEYS, Confi
                      MethodConfig, ModelConfig)
 
 __all__ = ["ConfigError", "_f", "load_config", "merge_configs", "read_config_file", "config_to_dict", "from_dict",
+           "SCHEDULE_STEPPINGS", "stepping_field",
            "METHOD_CONFIGS", "METHOD_MODULES", "METHODS_PACKAGE", "method_config", "method_config_class",
            "method_configs", "same_options", "AMP_MODES", "COMPILE_MODES", "DEFAULT_METHOD", "MOVED_KEYS", "Config",
            "DataConfig", "LoggingConfig", "MethodConfig", "ModelConfig"]

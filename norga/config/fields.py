@@ -1,4 +1,4 @@
-"""The config layer's error and its field helper: validation metadata (bounds, choices) on dataclass fields."""
+"""The config layer's error and its field helpers: validation metadata (bounds, choices) on dataclass fields."""
 from __future__ import annotations
 
 import dataclasses
@@ -31,3 +31,13 @@ def _f(default=dataclasses.MISSING, *, ge=None, gt=None, le=None, choices=None, 
     if isinstance(default, (list, dict)):
         return field(default_factory=lambda d=default: type(d)(d), metadata=meta, **kw)
     return field(default=default, metadata=meta, **kw)
+
+
+# how a per-epoch lr schedule is stepped (norga.toolkit.schedules): "timm" (scheduler.step(e) after epoch e sets
+# epoch e + 1's lr, the HiDe-Prompt, HiDe-LoRA and InfLoRA codes) or "torch" (epoch e trains at f(e))
+SCHEDULE_STEPPINGS = ("timm", "torch")
+
+
+def stepping_field(default: str = "timm"):
+    """A method's ``schedule_stepping`` option (one of :data:`SCHEDULE_STEPPINGS`)."""
+    return _f(default, choices=SCHEDULE_STEPPINGS)

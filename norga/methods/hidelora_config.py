@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import List, Optional
 
-from ..config import ConfigError, MethodConfig, _f, method_config
+from ..config import ConfigError, MethodConfig, _f, method_config, stepping_field
 from .hideprompt_config import StatsConfig, TAPConfig, TIIConfig
 
 LORA_INITS = ("reference", "linear")
@@ -49,7 +49,7 @@ class LoRAWTPConfig:
     gamma: float = _f(0.1, gt=0.0)  # factor of the step schedule
     min_lr: float = _f(1e-5, ge=0.0)  # floor of the cosine schedule (timm lr_min); reference: --min-lr 1e-5
     # timm: scheduler.step(e) after epoch e sets epoch e + 1's lr (reference); torch: f(e) during epoch e
-    schedule_stepping: str = _f("timm", choices=("timm", "torch"))
+    schedule_stepping: str = stepping_field("timm")
     head_lr_scale: float = _f(1.0, gt=0.0)  # psi's lr / the LoRA's lr; reference: one Adam group for both (1.0)
     reg: float = _f(0.001, ge=0.0)  # lambda of the contrastive regulariser; README: --reg 0.001 (config default 0.01)
     # official: CE(M M^T / temperature, identity), M = [old prototypes; batch features], every task (the reference's

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
-from ..config import ConfigError, MethodConfig, _f, method_config
+from ..config import ConfigError, MethodConfig, _f, method_config, stepping_field
 from ..gates.schema import gate_section
 
 
@@ -52,7 +52,7 @@ class WTPConfig:
     min_lr: float = _f(1e-5, ge=0.0)  # floor of the cosine schedule (timm's lr_min in the authors' scripts)
     # timm: scheduler.step(epoch) after each epoch sets the next epoch's lr from the finished epoch's index, so a
     # change "at epoch 30" first applies to 0-based epoch 31 (authors); torch: it applies to epoch 30
-    schedule_stepping: str = _f("timm", choices=("timm", "torch"))
+    schedule_stepping: str = stepping_field("timm")
     head_lr_scale: float = _f(0.1, gt=0.0)  # "larger prompt lr": head gets head_lr_scale * lr
     reg: float = _f(0.1, ge=0.0)  # lambda of the contrastive regulariser
     # official: CE(M M^T / temperature, identity) on M = [old class means; batch features], every task (authors'

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import List, Optional
 
-from ..config import ConfigError, MethodConfig, _f, method_config
+from ..config import ConfigError, MethodConfig, _f, method_config, stepping_field
 
 
 @method_config("inflora", module="norga.methods.inflora")
@@ -43,7 +43,7 @@ class InfLoRAConfig(MethodConfig):
     # timm: epoch e trains at the schedule's value of e - 1 (epochs 0 and 1 at lr), as the official CosineSchedule
     # does (its constructor leaves last_epoch at -1, so the first step() after epoch 0 sets f(0) again); torch: at
     # that of e (norga before this option: one epoch ahead of the official lr); docs/crosscheck.md
-    schedule_stepping: str = _f("timm", choices=("timm", "torch"))
+    schedule_stepping: str = stepping_field("timm")
     grad_clip: Optional[float] = _f(None, gt=0.0)  # max gradient norm (null: off; official: none)
 
     def __post_init__(self):

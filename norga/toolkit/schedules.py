@@ -31,7 +31,9 @@ from typing import Sequence
 
 import torch
 
-STEPPINGS = ("timm", "torch")
+from ..config.fields import SCHEDULE_STEPPINGS
+
+STEPPINGS = SCHEDULE_STEPPINGS  # the config options' choices
 
 
 def lr_factor(epoch: int, schedule: str, epochs: int, milestones: Sequence[int] = (), gamma: float = 0.1,
