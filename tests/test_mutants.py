@@ -13,7 +13,7 @@ from mutants import MUTANTS, REPO, apply
 @pytest.mark.parametrize("mutant", MUTANTS, ids=[m.name for m in MUTANTS])
 def test_every_mutant_matches_its_source_once_and_names_existing_tests(mutant, tmp_path):
     text = (REPO / mutant.path).read_text()
-    assert text.count(mutant.old) == 1, f"{mutant.name}: update tests/mutants.py, the code has moved"
+    assert text.count(mutant.old) == 1, f"{mutant.name}: update its entry in tests/mutants_*.py, the code has moved"
     assert mutant.old != mutant.new
     copy = tmp_path / mutant.path
     copy.parent.mkdir(parents=True)

@@ -83,10 +83,13 @@ class LoRAQKV(nn.Module):
         self.branches.append(branch)
         return branch
 
+    def applied(self) -> Sequence[int]:
+        """Indices of the branches a forward applies now: :attr:`active`, or every branch when it is None."""
+        return range(len(self.branches)) if self.active is None else self.active
+
     def frozen_forward_note(self) -> str:
         """Which branches a forward applies now (a frozen pass, e.g. HiDe-LoRA's, sets ``active = ()``: none)."""
-        chosen = range(len(self.branches)) if self.active is None else self.active
-        return "branches applied: " + (",".join(str(i) for i in chosen) or "none")
+        return "branches applied: " + (",".join(str(i) for i in self.applied()) or "none")
 
     def reset_record(self) -> None:
         self.gram, self.tokens = None, 0
@@ -108,7 +111,7 @@ class LoRAQKV(nn.Module):
         if self.record:
             self._record(x)
         out = self.qkv(x)
-        chosen = range(len(self.branches)) if self.active is None else self.active
+        chosen = self.applied()
         if not len(chosen):
             return out
         coef = self.weights().to(x.dtype)
