@@ -46,6 +46,19 @@ def adapted_by_hand(vit, x, adapters, scale: float = 0.1):
     return vit.norm(tokens)[:, 0]
 
 
+def train_smoke_run(tmp_path_factory, config: Path, name: str):
+    """``norga train --config config`` into a fresh folder ``<tmp>/runs*/name``: (its saved config, the run folder,
+    its metrics.json) -- the smoke run a method's test module trains once (a module-scoped fixture)."""
+    import json
+
+    from norga.commands.cli import train_main
+    from norga.config import load_config
+
+    out = tmp_path_factory.mktemp("runs") / name
+    assert train_main(["--config", str(config), "--output-dir", str(out)]) == 0
+    return load_config(out / "config.yaml"), out, json.loads((out / "metrics.json").read_text())
+
+
 @pytest.fixture(scope="session")
 def tiny_run(tmp_path_factory) -> Path:
     """The uninterrupted tiny run of tests/faults.py (``train_args``), trained in this process once per session

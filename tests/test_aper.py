@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import adapted_by_hand, build_run_parts, loaders_of, timm_features, tiny_vit
+from conftest import adapted_by_hand, build_run_parts, loaders_of, timm_features, tiny_vit, train_smoke_run
 from norga.config import ConfigError, load_config
 from norga.methods.aper import concat_cosine
 from norga.models.adapters import add_adapters, attach_adapter_blocks, attach_deep_prompts, attach_ssf, tuning
@@ -80,11 +80,7 @@ def test_concat_cosine_by_hand():
 
 @pytest.fixture(scope="module")
 def aper_run(tmp_path_factory):
-    from norga.commands.cli import train_main
-
-    out = tmp_path_factory.mktemp("runs") / "aper"
-    assert train_main(["--config", str(APER_SMOKE), "--output-dir", str(out)]) == 0
-    return load_config(out / "config.yaml"), out, json.loads((out / "metrics.json").read_text())
+    return train_smoke_run(tmp_path_factory, APER_SMOKE, "aper")
 
 
 def _states(out):

@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import adapted_by_hand, build_run_parts, loaders_of
+from conftest import adapted_by_hand, build_run_parts, loaders_of, train_smoke_run
 from norga.config import ConfigError, load_config
 from norga.methods.ease import complement, subspace_weights, synthesise
 
@@ -89,11 +89,7 @@ def test_subspace_weights_by_hand():
 
 @pytest.fixture(scope="module")
 def ease_run(tmp_path_factory):
-    from norga.commands.cli import train_main
-
-    out = tmp_path_factory.mktemp("runs") / "ease"
-    assert train_main(["--config", str(EASE_SMOKE), "--output-dir", str(out)]) == 0
-    return load_config(out / "config.yaml"), out, json.loads((out / "metrics.json").read_text())
+    return train_smoke_run(tmp_path_factory, EASE_SMOKE, "ease")
 
 
 def _states(out):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import build_run_parts, loaders_of
+from conftest import build_run_parts, loaders_of, train_smoke_run
 from norga.config import ConfigError, load_config
 from norga.methods import mos as mos_module
 from norga.methods.mos_parts import accumulate_, ensemble, merge_, refine, set_test_adapter_
@@ -148,11 +148,7 @@ def test_training_step_terms_and_the_regulariser_inputs(monkeypatch):
 
 @pytest.fixture(scope="module")
 def mos_run(tmp_path_factory):
-    from norga.commands.cli import train_main
-
-    out = tmp_path_factory.mktemp("runs") / "mos"
-    assert train_main(["--config", str(MOS_SMOKE), "--output-dir", str(out)]) == 0
-    return out
+    return train_smoke_run(tmp_path_factory, MOS_SMOKE, "mos")[1]
 
 
 def _slot(state, block, k):

@@ -3,7 +3,6 @@ loss term pinned on one batch, and a smoke run through ``norga train`` whose ada
 accuracies are recomputed by hand."""
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -11,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import adapted_by_hand, build_run_parts, loaders_of
+from conftest import adapted_by_hand, build_run_parts, loaders_of, train_smoke_run
 from norga.config import ConfigError, load_config
 from norga.methods import tuna as tuna_module
 from norga.methods.tuna_parts import (combine, cosface_loss, elect_merge, entropy, mean_factors,
@@ -128,11 +127,7 @@ def test_loss_terms_inputs_and_adapter_init(monkeypatch, init):
 
 @pytest.fixture(scope="module")
 def tuna_run(tmp_path_factory):
-    from norga.commands.cli import train_main
-
-    out = tmp_path_factory.mktemp("runs") / "tuna"
-    assert train_main(["--config", str(TUNA_SMOKE), "--output-dir", str(out)]) == 0
-    return load_config(out / "config.yaml"), out, json.loads((out / "metrics.json").read_text())
+    return train_smoke_run(tmp_path_factory, TUNA_SMOKE, "tuna")
 
 
 def test_smoke_run_adapters_universal_slot_and_accuracy_by_hand(tuna_run):
