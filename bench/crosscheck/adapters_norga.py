@@ -9,32 +9,29 @@ reference index and task 0's local labels are its global ones.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, Iterator, List, Sequence, Tuple
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 import norga.methods.adapter_stage as adapter_stage
-from bench.crosscheck.norga_side import TASKS, method_of
+from bench.crosscheck.norga_cli import WEIGHTS
+from bench.crosscheck.norga_side import TASKS, at_56px, method_of
+from norga.methods.adapter_stage import freeze
 from norga.methods.base import TaskLoaders
 from norga.models.adapters import CosineHead
 
 DROPOUT_SEED = 1234  # the global stream both sides restart from right after a training head is drawn
-WEIGHTS = Path("weights") / "dinov2_vits14_imgfocus.safetensors"
 
 
 def images(shared: Path, split: str, index: np.ndarray) -> Tensor:
     """CIFAR-100 ``split`` images at ``index``, bicubic to 56 px, ImageNet mean/std: (N, 3, 56, 56) (norga_side's
     preprocessing)."""
     data = np.load(shared / "data" / "cifar100.npz")
-    img = torch.tensor(data[f"{split}_x"][index]).permute(0, 3, 1, 2).float() / 255
-    img = F.interpolate(img, size=56, mode="bicubic", align_corners=False).clamp(0, 1)
-    mean = torch.tensor([0.485, 0.456, 0.406])[:, None, None]
-    std = torch.tensor([0.229, 0.224, 0.225])[:, None, None]
-    return (img - mean) / std
+    return at_56px(data[f"{split}_x"][index])
 
 
 def first_of_classes(shared: Path, split: str, classes: Sequence[int], per_class: int) -> Tuple[Tensor, Tensor]:
@@ -119,3 +116,39 @@ class HeadRecorder:
 def build(config: str, overrides: Sequence[str], shared: Path):
     """(vit, method) of ``configs/<config>`` as ViT-S/14 at 56 px on the 5 x 10 task split."""
     return method_of(config, list(overrides), shared / WEIGHTS)
+
+
+@contextmanager
+def moved_instead_of_trained(module, generator: torch.Generator) -> Iterator[None]:
+    """Within ``with``: ``module.tune_first_task`` (APER's and RanPAC's first-session tuning) moves the new adapters
+    away from their zero-output start (:func:`move_away` with ``generator``) and freezes them instead of training."""
+    trained = module.tune_first_task
+
+    def instead_of_training(name, model, tuned, *args, **kwargs):
+        move_away(list(tuned.parameters()), generator)
+        freeze(tuned)
+
+    module.tune_first_task = instead_of_training
+    try:
+        yield
+    finally:
+        module.tune_first_task = trained
+
+
+def sgd_opts(c) -> Dict[str, float]:
+    """The SGD values the reference side trains with, from a training section of a config (``method`` or RanPAC's
+    ``method.first_session``): lr, weight decay, final lr of the cosine, adapter dropout probability."""
+    return {"lr": c.lr, "weight_decay": c.weight_decay, "min_lr": c.min_lr, "dropout": c.adapter_dropout}
+
+
+def first_task_steps(method, shared: Path, c) -> dict:
+    """``method.learn_task(0)`` on :func:`three_batches` of task 0 (both loaders: the same 3 batches of 20):
+    images (60, 3, 56, 56), labels (60,), the adapters and cosine head before and after, the dropout seed and
+    :func:`sgd_opts` of the training section ``c``."""
+    x, y = three_batches(shared, TASKS[0])
+    initial = state_of(method.tuned)
+    with HeadRecorder() as heads:
+        method.learn_task(0, TaskLoaders(batches(x, y), batches(x, y), None))
+    return {"images": x, "labels": y, "initial": initial, "trained": state_of(method.tuned),
+            "initial_head": heads.initial[0], "trained_head": state_of(heads.heads[0]), "dropout_seed": DROPOUT_SEED,
+            "opts": sgd_opts(c)}

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import re
 from functools import partial
-from typing import Dict, Iterable
+from typing import Callable, Dict, Iterable
 
 import torch
 from torch import nn
 
 from coda_reference_side import fold_layer_scale
+from reference_side import biggest, reference_args
 
 DIM, HEADS = 384, 6
 ADAPTER_NAMES = {"down": "down_proj", "up": "up_proj"}
@@ -118,3 +119,42 @@ def steps_loaders(x: torch.Tensor, y: torch.Tensor, size: int = 20):
 def set_dropout(blocks: Iterable[nn.Module], p: float) -> None:
     for adapter in blocks:
         adapter.dropout = p
+
+
+@torch.no_grad()
+def load_head(head: nn.Module, initial: Dict[str, torch.Tensor]) -> None:
+    """A reference cosine head (``weight`` (C, D), ``sigma`` (1,)) set to norga's initial head."""
+    head.weight.copy_(initial["weight"])
+    head.sigma.copy_(initial["sigma"])
+
+
+def start_steps(adapters, initial: Dict[str, torch.Tensor], dropout: float, subspace: int = 0) -> None:
+    """Before the training steps: norga's initial adapter ``subspace`` in ``adapters``, their dropout ``dropout``."""
+    load_adapters(adapters, initial, subspace)
+    set_dropout(adapters, dropout)
+
+
+def report_steps(prefix: str, adapters, norga: dict, head: Dict[str, torch.Tensor], subspace: int = 0,
+                 adapters_label: str = "adapters") -> None:
+    """Print the trained adapter ``subspace`` and the head (``head``: its weight and sigma after training) against
+    norga's (``norga``: initial / trained adapters, initial_head / trained_head), each max |ref - norga| with how
+    far norga's moved; one line each, starting with ``prefix``."""
+    gap = adapter_difference(adapters, norga["trained"], subspace)
+    print(f"{prefix}, {adapters_label}: max |ref - norga| {gap:.1e} "
+          f"(moved {moved(norga['initial'], norga['trained'], subspace):.1e})")
+    for name in ("weight", "sigma"):
+        moved_by = biggest(norga["trained_head"][name], norga["initial_head"][name])
+        print(f"{prefix}, head {name}: max |ref - norga| {biggest(head[name], norga['trained_head'][name]):.1e} "
+              f"(moved {moved_by:.1e})")
+
+
+def run_reference_side(doc: str, repository: str, writer: str, saved_name: str, namespace: Callable[[], object],
+                       checks: Callable[[object, dict], None], argv=None) -> int:
+    """The whole ``main`` of an adapter reference side: ``--ref`` / ``--saved`` parsed (``reference_args``), CUDA
+    made a CPU no-op (:func:`cpu_only`), the reference's classes imported (``namespace()``), then
+    ``checks(ref, saved)`` on what the norga side wrote as ``saved_name``. Returns the exit code 0."""
+    args = reference_args(doc, repository, writer, argv)
+    cpu_only()
+    ref = namespace()
+    checks(ref, torch.load(args.saved / saved_name, weights_only=False))
+    return 0

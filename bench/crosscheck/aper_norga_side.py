@@ -14,17 +14,15 @@ Writes DIR/norga_aper.pt for ``bench/crosscheck/aper_reference_side.py`` (zhoudw
 """
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import torch
 
 import norga.methods.aper as aper_module
-from bench.crosscheck.adapters_norga import (DROPOUT_SEED, HeadRecorder, backbone_state, batches, build, move_away,
-                                             plain_loaders, state_of, task_data, test_images, three_batches)
-from bench.crosscheck.norga_side import TASKS
-from norga.methods.adapter_stage import TunedView, freeze
-from norga.methods.base import TaskLoaders
+from bench.crosscheck.adapters_norga import (backbone_state, build, first_task_steps, moved_instead_of_trained,
+                                             plain_loaders, state_of, task_data, test_images)
+from bench.crosscheck.norga_cli import run_norga_side
+from norga.methods.adapter_stage import TunedView
 
 CONFIG = "cifar100_aper.yaml"
 
@@ -32,15 +30,7 @@ CONFIG = "cifar100_aper.yaml"
 @torch.no_grad()
 def forward_check(shared: Path) -> dict:
     vit, method = build(CONFIG, [], shared)
-    g = torch.Generator().manual_seed(7)
-    trained = aper_module.tune_first_task
-
-    def instead_of_training(name, model, tuned, *args, **kwargs):
-        move_away(list(tuned.parameters()), g)
-        freeze(tuned)
-
-    aper_module.tune_first_task = instead_of_training
-    try:
+    with moved_instead_of_trained(aper_module, torch.Generator().manual_seed(7)):
         x_test, _ = test_images(shared)
         tasks = []
         for t, (x, y) in enumerate(task_data(shared, 8)):
@@ -48,35 +38,18 @@ def forward_check(shared: Path) -> dict:
             feats = torch.cat([TunedView(method.model, None)(x_test), TunedView(method.model, 0)(x_test)], dim=1)
             tasks.append({"images": x, "labels": y, "prototypes": method.prototypes.clone(),
                           "logits": method.logits(feats)})
-    finally:
-        aper_module.tune_first_task = trained
     return {"state_dict": backbone_state(vit), "tuned": state_of(method.tuned), "images": x_test,
             "features": feats, "tasks": tasks}
 
 
 def training_steps(shared: Path) -> dict:
     _, method = build(CONFIG, ["method.epochs=1", "method.batch_size=20"], shared)
-    x, y = three_batches(shared, TASKS[0])
-    initial = state_of(method.tuned)
-    with HeadRecorder() as heads:
-        method.learn_task(0, TaskLoaders(batches(x, y), batches(x, y), None))
-    c = method.cfg.method
-    return {"images": x, "labels": y, "initial": initial, "trained": state_of(method.tuned),
-            "initial_head": heads.initial[0], "trained_head": state_of(heads.heads[0]), "dropout_seed": DROPOUT_SEED,
-            "opts": {"lr": c.lr, "weight_decay": c.weight_decay, "min_lr": c.min_lr, "dropout": c.adapter_dropout}}
+    return first_task_steps(method, shared, method.cfg.method)
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--shared", type=Path, default=Path(__file__).resolve().parents[3] / "shared")
-    p.add_argument("--out", type=Path, required=True)
-    args = p.parse_args(argv)
-    torch.manual_seed(0)
-    args.out.mkdir(parents=True, exist_ok=True)
-    saved = {"forward": forward_check(args.shared), "steps": training_steps(args.shared)}
-    torch.save(saved, args.out / "norga_aper.pt")
-    print(f"wrote {args.out / 'norga_aper.pt'}")
-    return 0
+    return run_norga_side(__doc__, "norga_aper.pt", lambda shared: {"forward": forward_check(shared),
+                                                                    "steps": training_steps(shared)}, argv)
 
 
 if __name__ == "__main__":

@@ -23,9 +23,9 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from adapters_reference import (adapter_difference, adapter_vit, cpu_only, frozen_timm_vit, load_adapters, moved,
-                                set_dropout, steps_loaders, tuning_config)
-from reference_side import biggest, reference_args
+from adapters_reference import (adapter_vit, frozen_timm_vit, load_adapters, load_head, report_steps,
+                                run_reference_side, start_steps, steps_loaders, tuning_config)
+from reference_side import biggest
 
 
 def make_learner(ref, state, **overrides):
@@ -71,24 +71,16 @@ def training_steps(ref, saved: dict) -> None:
     learner = make_learner(ref, saved["forward"]["state_dict"], tuned_epoch=1, batch_size=20, init_lr=opts["lr"],
                            weight_decay=opts["weight_decay"], min_lr=opts["min_lr"])
     adapters = [b.adaptmlp for b in learner._network.convnet.blocks]
-    load_adapters(adapters, steps["initial"])
-    set_dropout(adapters, opts["dropout"])
+    start_steps(adapters, steps["initial"], opts["dropout"])
     learner._cur_task, learner._total_classes = 0, 10
     learner._network.update_fc(10)  # its training head: a cosine classifier over task 0's classes
     head = learner._network.fc
-    with torch.no_grad():
-        head.weight.copy_(steps["initial_head"]["weight"])
-        head.sigma.copy_(steps["initial_head"]["sigma"])
+    load_head(head, steps["initial_head"])
     learner.train_dataset = SimpleNamespace(labels=np.arange(10))
     loader = steps_loaders(steps["images"], steps["labels"])
     torch.manual_seed(steps["dropout_seed"])  # as norga's side: restarted right after the head was drawn
     learner._train(loader, loader[:1], loader)
-    print(f"APER 3 training steps, adapters: max |ref - norga| "
-          f"{adapter_difference(adapters, steps['trained']):.1e} (moved {moved(steps['initial'], steps['trained']):.1e})")
-    for name in ("weight", "sigma"):
-        moved_by = biggest(steps["trained_head"][name], steps["initial_head"][name])
-        print(f"APER 3 training steps, head {name}: max |ref - norga| "
-              f"{biggest(getattr(head, name).detach(), steps['trained_head'][name]):.1e} (moved {moved_by:.1e})")
+    report_steps("APER 3 training steps", adapters, steps, {n: getattr(head, n).detach() for n in ("weight", "sigma")})
 
 
 def namespace() -> SimpleNamespace:
@@ -104,14 +96,14 @@ def namespace() -> SimpleNamespace:
                            VisionTransformer=VisionTransformer, timm=timm)
 
 
-def main(argv=None) -> int:
-    args = reference_args(__doc__, "zhoudw-zdw/RevisitingCIL", "bench.crosscheck.aper_norga_side", argv)
-    cpu_only()
-    ref = namespace()
-    saved = torch.load(args.saved / "norga_aper.pt", weights_only=False)
+def checks(ref, saved: dict) -> None:
     forward_check(ref, saved["forward"])
     training_steps(ref, saved)
-    return 0
+
+
+def main(argv=None) -> int:
+    return run_reference_side(__doc__, "zhoudw-zdw/RevisitingCIL", "bench.crosscheck.aper_norga_side",
+                              "norga_aper.pt", namespace, checks, argv)
 
 
 if __name__ == "__main__":

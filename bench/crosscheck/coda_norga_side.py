@@ -13,13 +13,13 @@ Writes DIR/norga_coda.pt for ``bench/crosscheck/coda_reference_side.py``:
 """
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import numpy as np
 import torch
 from PIL import Image
 
+from bench.crosscheck.norga_cli import run_norga_side, weights_in
 from bench.crosscheck.norga_side import method_of
 from norga.data.transforms import build_transforms
 from norga.methods.base import TaskLoaders
@@ -70,17 +70,11 @@ def training_steps(shared: Path, weights: Path) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--shared", type=Path, default=Path(__file__).resolve().parents[3] / "shared")
-    p.add_argument("--out", type=Path, required=True)
-    args = p.parse_args(argv)
-    torch.manual_seed(0)
-    args.out.mkdir(parents=True, exist_ok=True)
-    weights = args.shared / "weights" / "dinov2_vits14_imgfocus.safetensors"
-    saved = {"forward": forward_check(args.shared, weights), "steps": training_steps(args.shared, weights)}
-    torch.save(saved, args.out / "norga_coda.pt")
-    print(f"wrote {args.out / 'norga_coda.pt'}")
-    return 0
+    def build(shared: Path) -> dict:
+        weights = weights_in(shared)
+        return {"forward": forward_check(shared, weights), "steps": training_steps(shared, weights)}
+
+    return run_norga_side(__doc__, "norga_coda.pt", build, argv)
 
 
 if __name__ == "__main__":

@@ -16,14 +16,14 @@ Writes DIR/norga_ease.pt for ``bench/crosscheck/ease_reference_side.py`` (sun-ha
 """
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import torch
 
 import norga.methods.ease as ease_module
 from bench.crosscheck.adapters_norga import (DROPOUT_SEED, HeadRecorder, backbone_state, batches, build, move_away,
-                                             plain_loaders, state_of, task_data, test_images, three_batches)
+                                             plain_loaders, sgd_opts, state_of, task_data, test_images, three_batches)
+from bench.crosscheck.norga_cli import run_norga_side
 from bench.crosscheck.norga_side import TASKS
 from norga.methods.adapter_stage import TunedView
 from norga.methods.base import TaskLoaders
@@ -67,25 +67,16 @@ def training_steps(shared: Path) -> dict:
                 after.append(state_of(method.tuned))
     finally:
         ease_module.train_with_cosine_head = trained
-    c = method.cfg.method
     return {"tasks": [{"images": x, "labels": y, "initial": initial[t], "trained": after[t],
                        "initial_head": heads.initial[t], "trained_head": state_of(heads.heads[t])}
                       for t, (x, y) in enumerate(data)],
             "dropout_seed": DROPOUT_SEED,
-            "opts": {"lr": c.lr, "weight_decay": c.weight_decay, "min_lr": c.min_lr, "dropout": c.adapter_dropout}}
+            "opts": sgd_opts(method.cfg.method)}
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--shared", type=Path, default=Path(__file__).resolve().parents[3] / "shared")
-    p.add_argument("--out", type=Path, required=True)
-    args = p.parse_args(argv)
-    torch.manual_seed(0)
-    args.out.mkdir(parents=True, exist_ok=True)
-    saved = {"forward": forward_check(args.shared), "steps": training_steps(args.shared)}
-    torch.save(saved, args.out / "norga_ease.pt")
-    print(f"wrote {args.out / 'norga_ease.pt'}")
-    return 0
+    return run_norga_side(__doc__, "norga_ease.pt", lambda shared: {"forward": forward_check(shared),
+                                                                    "steps": training_steps(shared)}, argv)
 
 
 if __name__ == "__main__":

@@ -23,9 +23,9 @@ from types import SimpleNamespace
 
 import torch
 
-from adapters_reference import (DIM, adapter_difference, adapter_vit, cpu_only, load_adapters, moved, set_dropout,
-                                steps_loaders, tuning_config)
-from reference_side import biggest, reference_args
+from adapters_reference import (DIM, adapter_difference, adapter_vit, load_adapters, load_head, moved, report_steps,
+                                run_reference_side, start_steps, steps_loaders, tuning_config)
+from reference_side import biggest
 
 
 def make_learner(ref, state, **overrides):
@@ -78,22 +78,14 @@ def training_steps(ref, saved: dict) -> None:
     for t, task in enumerate(steps["tasks"]):
         next_task(learner)
         adapters = learner._network.backbone.cur_adapter
-        load_adapters(adapters, task["initial"], subspace=t)
-        set_dropout(adapters, opts["dropout"])
+        start_steps(adapters, task["initial"], opts["dropout"], subspace=t)
         head = learner._network.proxy_fc  # its training head over the task's classes
-        with torch.no_grad():
-            head.weight.copy_(task["initial_head"]["weight"])
-            head.sigma.copy_(task["initial_head"]["sigma"])
+        load_head(head, task["initial_head"])
         loader = steps_loaders(task["images"], task["labels"])
         torch.manual_seed(steps["dropout_seed"])  # as norga's side: restarted right after the head was drawn
         learner._train(loader, loader[:1])
-        print(f"EASE task {t}, 3 training steps, adapters {t}: max |ref - norga| "
-              f"{adapter_difference(adapters, task['trained'], t):.1e} "
-              f"(moved {moved(task['initial'], task['trained'], t):.1e})")
-        for name in ("weight", "sigma"):
-            moved_by = biggest(task["trained_head"][name], task["initial_head"][name])
-            print(f"EASE task {t}, 3 training steps, head {name}: max |ref - norga| "
-                  f"{biggest(getattr(head, name).detach(), task['trained_head'][name]):.1e} (moved {moved_by:.1e})")
+        report_steps(f"EASE task {t}, 3 training steps", adapters, task,
+                     {n: getattr(head, n).detach() for n in ("weight", "sigma")}, t, f"adapters {t}")
         for k, old in enumerate(learner._network.backbone.adapter_list):
             print(f"EASE task {t}, adapters {k} (frozen): max |ref - norga| "
                   f"{adapter_difference(old, task['trained'], k):.1e}; norga's moved "
@@ -117,14 +109,14 @@ def namespace() -> SimpleNamespace:
                            VisionTransformer=VisionTransformer)
 
 
-def main(argv=None) -> int:
-    args = reference_args(__doc__, "sun-hailong/CVPR24-Ease", "bench.crosscheck.ease_norga_side", argv)
-    cpu_only()
-    ref = namespace()
-    saved = torch.load(args.saved / "norga_ease.pt", weights_only=False)
+def checks(ref, saved: dict) -> None:
     forward_check(ref, saved["forward"])
     training_steps(ref, saved)
-    return 0
+
+
+def main(argv=None) -> int:
+    return run_reference_side(__doc__, "sun-hailong/CVPR24-Ease", "bench.crosscheck.ease_norga_side",
+                              "norga_ease.pt", namespace, checks, argv)
 
 
 if __name__ == "__main__":

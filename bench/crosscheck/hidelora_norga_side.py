@@ -13,12 +13,13 @@ Writes DIR/norga_hidelora.pt for ``bench/crosscheck/hidelora_reference_side.py``
 """
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 from typing import Dict, List
 
 import torch
 
+from bench.crosscheck.lora_inputs import plain_state
+from bench.crosscheck.norga_cli import run_norga_side, weights_in
 from bench.crosscheck.norga_side import method_of, real_batch
 from bench.crosscheck.steps_norga import step_batches
 from norga.methods.base import TaskLoaders
@@ -43,11 +44,6 @@ def lora_tensors(method) -> Dict[str, torch.Tensor]:
     return out
 
 
-def plain_backbone(vit) -> Dict[str, torch.Tensor]:
-    """timm's state dict of the backbone without the LoRA wrappers (``attn.qkv.qkv.*`` back to ``attn.qkv.*``)."""
-    return {k.replace(".qkv.qkv.", ".qkv."): v.float() for k, v in vit.state_dict().items() if ".branches." not in k}
-
-
 @torch.no_grad()
 def forward_check(x: torch.Tensor, weights: Path) -> dict:
     vit, method = method_of(CONFIG, [], weights)
@@ -59,7 +55,7 @@ def forward_check(x: torch.Tensor, weights: Path) -> dict:
             w.branches[t].up.copy_(torch.randn(w.branches[t].up.shape, generator=g) * 0.2)
     tasks = torch.arange(len(x)) % 3
     feats = torch.cat([method.tuned(x[i:i + 1], int(tasks[i])) for i in range(len(x))])
-    return {"state_dict": plain_backbone(vit), "images": x, "tasks": tasks,
+    return {"state_dict": plain_state(vit), "images": x, "tasks": tasks,
             "frozen": method.model(x), "features": feats, "logits": method.head(feats), "lora": lora_tensors(method)}
 
 
@@ -94,18 +90,11 @@ def training_check(shared: Path, weights: Path) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--shared", type=Path, default=Path(__file__).resolve().parents[3] / "shared")
-    p.add_argument("--out", type=Path, required=True)
-    args = p.parse_args(argv)
-    torch.manual_seed(0)
-    args.out.mkdir(parents=True, exist_ok=True)
-    weights = args.shared / "weights" / "dinov2_vits14_imgfocus.safetensors"
-    saved = {"forward": forward_check(real_batch(args.shared), weights), "training": training_check(args.shared,
-                                                                                                    weights)}
-    torch.save(saved, args.out / "norga_hidelora.pt")
-    print(f"wrote {args.out / 'norga_hidelora.pt'}")
-    return 0
+    def build(shared: Path) -> dict:
+        weights = weights_in(shared)
+        return {"forward": forward_check(real_batch(shared), weights), "training": training_check(shared, weights)}
+
+    return run_norga_side(__doc__, "norga_hidelora.pt", build, argv)
 
 
 if __name__ == "__main__":

@@ -16,13 +16,13 @@ Writes DIR/norga_inflora.pt for ``bench/crosscheck/inflora_reference_side.py``:
 """
 from __future__ import annotations
 
-import argparse
 import math
 from pathlib import Path
 
 import torch
 
-from bench.crosscheck.lora_inputs import task_batches, test_images
+from bench.crosscheck.norga_cli import run_norga_side, weights_in
+from bench.crosscheck.lora_inputs import plain_state, task_batches, test_images
 from bench.crosscheck.norga_side import method_of
 from norga.methods.base import TaskLoaders
 from norga.methods.inflora import threshold_at, update_memory
@@ -31,11 +31,6 @@ from norga.models.lora_qkv import branch_state
 INFLORA = ["method.rank=10", "method.epochs=2", "method.batch_size=20", "method.lr=0.0005", "method.threshold=0.95",
            "method.threshold_end=1.0"]
 THRESHOLDS = {"official": (0.95, 1.0), "high": (0.999, 1.0)}
-
-
-def plain_state(vit) -> dict:
-    """The converted backbone's state dict under timm's own names (the qkv wrappers' ``qkv.qkv`` as ``qkv``)."""
-    return {k.replace(".qkv.qkv.", ".qkv."): v.float() for k, v in vit.state_dict().items() if ".branches." not in k}
 
 
 def memory_state(memory: dict) -> dict:
@@ -90,23 +85,19 @@ def training_steps(shared: Path, weights: Path) -> dict:
     return out
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--shared", type=Path, default=Path(__file__).resolve().parents[3] / "shared")
-    p.add_argument("--out", type=Path, required=True)
-    args = p.parse_args(argv)
-    torch.manual_seed(0)
-    torch.set_num_threads(1)
-    args.out.mkdir(parents=True, exist_ok=True)
-    weights = args.shared / "weights" / "dinov2_vits14_imgfocus.safetensors"
-    saved = {"forward": forward_check(args.shared, weights), "memory": memory_check(args.shared, weights),
-             "steps": training_steps(args.shared, weights)}
-    torch.save(saved, args.out / "norga_inflora.pt")
+def build(shared: Path) -> dict:
+    """The saved dict (forward, memory, steps), then the memory dimensions after 5 tasks printed."""
+    weights = weights_in(shared)
+    saved = {"forward": forward_check(shared, weights), "memory": memory_check(shared, weights),
+             "steps": training_steps(shared, weights)}
     for name in THRESHOLDS:
         last = saved["memory"][name]["memory"][-1]
         print(f"memory after 5 tasks ({name}): dims", {k: (int(b.shape[1]), kind) for k, (b, kind) in last.items()})
-    print(f"wrote {args.out / 'norga_inflora.pt'}")
-    return 0
+    return saved
+
+
+def main(argv=None) -> int:
+    return run_norga_side(__doc__, "norga_inflora.pt", build, argv, one_thread=True)
 
 
 if __name__ == "__main__":

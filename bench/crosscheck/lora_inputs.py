@@ -8,12 +8,12 @@ split into fixed batches of ``batch``. Both sides of a cross-check get exactly t
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Tuple
+from typing import Dict, List, Tuple
 
 import numpy as np
 import torch
 
-from bench.crosscheck.norga_side import real_batch
+from bench.crosscheck.norga_side import at_56px, real_batch
 
 Batches = List[Tuple[torch.Tensor, torch.Tensor]]
 
@@ -28,9 +28,11 @@ def task_batches(shared: Path, task: int, per_class: int = 6, batch: int = 20) -
     classes = range(10 * task, 10 * task + 10)
     pick = np.concatenate([np.where(data["train_y"] == c)[0][:per_class] for c in classes])
     pick = pick[np.random.RandomState(task).permutation(len(pick))]
-    img = torch.tensor(data["train_x"][pick]).permute(0, 3, 1, 2).float() / 255
-    img = torch.nn.functional.interpolate(img, size=56, mode="bicubic", align_corners=False).clamp(0, 1)
-    mean = torch.tensor([0.485, 0.456, 0.406])[:, None, None]
-    std = torch.tensor([0.229, 0.224, 0.225])[:, None, None]
-    x, y = (img - mean) / std, torch.tensor(data["train_y"][pick], dtype=torch.long)
+    x, y = at_56px(data["train_x"][pick]), torch.tensor(data["train_y"][pick], dtype=torch.long)
     return [(x[i:i + batch], y[i:i + batch]) for i in range(0, len(x), batch)]
+
+
+def plain_state(vit) -> Dict[str, torch.Tensor]:
+    """The LoRA-wrapped backbone's state dict under timm's own names (the qkv wrappers' ``qkv.qkv`` as ``qkv``, no
+    ``branches``), float32."""
+    return {k.replace(".qkv.qkv.", ".qkv."): v.float() for k, v in vit.state_dict().items() if ".branches." not in k}

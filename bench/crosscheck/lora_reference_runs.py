@@ -27,7 +27,7 @@ from PIL import Image
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from reference_side import reference_args  # run as a script: bench/crosscheck is on sys.path
+from reference_side import reference_args, run_options  # run as a script: bench/crosscheck is on sys.path
 
 TASKS, CLASSES, BATCH, EPOCHS = 5, 10, 20, 5
 
@@ -138,9 +138,7 @@ def sd_lora_run(ref_dir: Path, saved: Path, data: dict) -> list:
 def main(argv=None) -> int:
     def extra(p: argparse.ArgumentParser) -> None:
         p.add_argument("--method", choices=("inflora", "sd_lora"), required=True)
-        p.add_argument("--data", type=Path, required=True, help="the small task (bench.crosscheck.small_task)")
-        p.add_argument("--seed", type=int, required=True)
-        p.add_argument("--out", type=Path, required=True)
+        run_options(p)
 
     args = reference_args(__doc__, "the method's official code", "the method's *_norga_side", argv, extra)
     torch.manual_seed(args.seed)

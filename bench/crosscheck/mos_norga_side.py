@@ -15,14 +15,13 @@ dropout 0 (the random masks could not be shared), and two checks:
 """
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
-from bench.crosscheck.norga_side import method_of, real_batch
+from bench.crosscheck.norga_cli import run_norga_side, weights_in
+from bench.crosscheck.norga_side import at_56px, method_of, real_batch
 from norga.methods.base import TestBatch
 from norga.toolkit.feature_cache import FeatureCache
 
@@ -81,11 +80,7 @@ def train_batches(shared: Path) -> list:
     data = np.load(shared / "data" / "cifar100.npz")
     pick = np.concatenate([np.where(data["train_y"] == c)[0][:3] for c in range(20, 28)])
     pick = pick[torch.randperm(len(pick), generator=torch.Generator().manual_seed(4)).numpy()]
-    img = torch.tensor(data["train_x"][pick]).permute(0, 3, 1, 2).float() / 255
-    img = F.interpolate(img, size=56, mode="bicubic", align_corners=False).clamp(0, 1)
-    mean = torch.tensor([0.485, 0.456, 0.406])[:, None, None]
-    std = torch.tensor([0.229, 0.224, 0.225])[:, None, None]
-    x, y = (img - mean) / std, torch.as_tensor(data["train_y"][pick]).long()
+    x, y = at_56px(data["train_x"][pick]), torch.as_tensor(data["train_y"][pick]).long()
     return [(x[i:i + 8], y[i:i + 8]) for i in range(0, 24, 8)]
 
 
@@ -110,16 +105,11 @@ def training_check(weights: Path, shared: Path) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--shared", type=Path, default=Path(__file__).resolve().parents[3] / "shared")
-    p.add_argument("--out", type=Path, required=True)
-    args = p.parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
-    weights = args.shared / "weights" / "dinov2_vits14_imgfocus.safetensors"
-    saved = {"forward": forward_check(weights, args.shared), "training": training_check(weights, args.shared)}
-    torch.save(saved, args.out / "norga_mos.pt")
-    print(f"wrote {args.out / 'norga_mos.pt'}")
-    return 0
+    def build(shared: Path) -> dict:
+        return {"forward": forward_check(weights_in(shared), shared), "training": training_check(weights_in(shared),
+                                                                                                 shared)}
+
+    return run_norga_side(__doc__, "norga_mos.pt", build, argv, seed=None)
 
 
 if __name__ == "__main__":

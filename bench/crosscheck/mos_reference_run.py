@@ -25,7 +25,7 @@ from PIL import Image
 from torch.utils.data import DataLoader, Dataset
 
 from mos_reference_side import build_vit  # run as a script: bench/crosscheck is on sys.path
-from reference_side import reference_args
+from reference_side import reference_args, run_options
 
 TASKS, PER_TASK = 5, 10
 ARGS = {"init_lr": 0.03, "batch_size": 20, "weight_decay": 0.0005, "min_lr": 0, "optimizer": "sgd",
@@ -98,12 +98,7 @@ def run(ref: dict, state: dict, data: SmallTask) -> dict:
 
 
 def main(argv=None) -> int:
-    def extra(p):
-        p.add_argument("--data", type=Path, required=True)
-        p.add_argument("--seed", type=int, required=True)
-        p.add_argument("--out", type=Path, required=True)
-
-    args = reference_args(__doc__, "sun-hailong/AAAI25-MOS", "bench.crosscheck.mos_norga_side", argv, extra)
+    args = reference_args(__doc__, "sun-hailong/AAAI25-MOS", "bench.crosscheck.mos_norga_side", argv, run_options)
     import logging
 
     logging.disable(logging.INFO)

@@ -7,18 +7,17 @@ E-prompts of length 20 on blocks 2-4, top-1, distinct random E-prompts and keys 
 """
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from bench.crosscheck.norga_cli import REPO, norga_args, weights_in
 from norga.config import load_config
 from norga.engine.task_loop import build_vit, resolve_config
 from norga.methods import build_method
 
-REPO = Path(__file__).resolve().parents[2]
 TASKS = [list(range(10 * t, 10 * t + 10)) for t in range(5)]
 COMMON = ["model.preset=null", "model.name=vit_small_patch14_dinov2", "data.image_size=56", "data.num_tasks=5",
           "data.classes_per_task=10"]
@@ -28,7 +27,13 @@ def real_batch(shared: Path, classes=range(8)) -> torch.Tensor:
     """The first CIFAR-100 test image of each of ``classes``, bicubic to 56 px, ImageNet mean/std: (N, 3, 56, 56)."""
     data = np.load(shared / "data" / "cifar100.npz")
     pick = np.concatenate([np.where(data["test_y"] == c)[0][:1] for c in classes])
-    img = torch.tensor(data["test_x"][pick]).permute(0, 3, 1, 2).float() / 255
+    return at_56px(data["test_x"][pick])
+
+
+def at_56px(images: np.ndarray) -> torch.Tensor:
+    """CIFAR images (N, 32, 32, 3) uint8 -> bicubic to 56 px, clamped to [0, 1], ImageNet mean/std: (N, 3, 56, 56)
+    float32 (the preprocessing every cross-check gives both sides)."""
+    img = torch.tensor(images).permute(0, 3, 1, 2).float() / 255
     img = F.interpolate(img, size=56, mode="bicubic", align_corners=False).clamp(0, 1)
     mean = torch.tensor([0.485, 0.456, 0.406])[:, None, None]
     std = torch.tensor([0.229, 0.224, 0.225])[:, None, None]
@@ -69,13 +74,10 @@ def dualprompt(x: torch.Tensor, weights: Path) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--shared", type=Path, default=REPO.parent / "shared", help="folder with data/ and weights/")
-    p.add_argument("--out", type=Path, required=True)
-    args = p.parse_args(argv)
+    args = norga_args(__doc__, argv)
     torch.manual_seed(0)
     args.out.mkdir(parents=True, exist_ok=True)
-    weights = args.shared / "weights" / "dinov2_vits14_imgfocus.safetensors"
+    weights = weights_in(args.shared)
     x = real_batch(args.shared)
     torch.save(l2p(x, weights), args.out / "norga_l2p.pt")
     torch.save(dualprompt(x, weights), args.out / "norga_dual.pt")

@@ -15,17 +15,15 @@ Writes DIR/norga_ranpac.pt for ``bench/crosscheck/ranpac_reference_side.py`` (Ra
 """
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import torch
 
 import norga.methods.ranpac as ranpac_module
-from bench.crosscheck.adapters_norga import (DROPOUT_SEED, HeadRecorder, backbone_state, batches, build, move_away,
-                                             plain_loaders, state_of, task_data, test_images, three_batches)
-from bench.crosscheck.norga_side import TASKS
-from norga.methods.adapter_stage import TunedView, freeze
-from norga.methods.base import TaskLoaders
+from bench.crosscheck.adapters_norga import (backbone_state, build, first_task_steps, moved_instead_of_trained,
+                                             plain_loaders, state_of, task_data, test_images)
+from bench.crosscheck.norga_cli import run_norga_side
+from norga.methods.adapter_stage import TunedView
 from norga.toolkit.seeding import task_generator
 
 CONFIG = "cifar100_ranpac_adapt.yaml"
@@ -34,15 +32,7 @@ CONFIG = "cifar100_ranpac_adapt.yaml"
 @torch.no_grad()
 def forward_check(shared: Path) -> dict:
     vit, method = build(CONFIG, ["method.projection_dim=2000"], shared)
-    g = torch.Generator().manual_seed(7)
-    trained = ranpac_module.tune_first_task
-
-    def instead_of_training(name, model, tuned, *args, **kwargs):
-        move_away(list(tuned.parameters()), g)
-        freeze(tuned)
-
-    ranpac_module.tune_first_task = instead_of_training
-    try:
+    with moved_instead_of_trained(ranpac_module, torch.Generator().manual_seed(7)):
         x_test, _ = test_images(shared)
         tasks = []
         for t, (x, y) in enumerate(task_data(shared, 8)):
@@ -51,8 +41,6 @@ def forward_check(shared: Path) -> dict:
             split = torch.randperm(len(y), generator=task_generator(method.cfg.seed, t, ranpac_module._SPLIT_STAGE))
             tasks.append({"images": x, "labels": y, "split_order": split, "ridge": method.chosen_ridges[-1],
                           "head": method.head.clone(), "features": feats, "logits": method.logits(feats)})
-    finally:
-        ranpac_module.tune_first_task = trained
     return {"state_dict": backbone_state(vit), "tuned": state_of(method.tuned), "images": x_test,
             "projection": method.projection.clone(), "tasks": tasks, "gram": method.gram.clone(),
             "targets": method.targets.clone()}
@@ -61,28 +49,12 @@ def forward_check(shared: Path) -> dict:
 def training_steps(shared: Path) -> dict:
     _, method = build(CONFIG, ["method.projection_dim=100", "method.first_session.epochs=1",
                                "method.first_session.batch_size=20"], shared)
-    x, y = three_batches(shared, TASKS[0])
-    initial = state_of(method.tuned)
-    with HeadRecorder() as heads:
-        method.learn_task(0, TaskLoaders(batches(x, y), batches(x, y), None))
-    first = method.cfg.method.first_session
-    return {"images": x, "labels": y, "initial": initial, "trained": state_of(method.tuned),
-            "initial_head": heads.initial[0], "trained_head": state_of(heads.heads[0]), "dropout_seed": DROPOUT_SEED,
-            "opts": {"lr": first.lr, "weight_decay": first.weight_decay, "min_lr": first.min_lr,
-                     "dropout": first.adapter_dropout}}
+    return first_task_steps(method, shared, method.cfg.method.first_session)
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--shared", type=Path, default=Path(__file__).resolve().parents[3] / "shared")
-    p.add_argument("--out", type=Path, required=True)
-    args = p.parse_args(argv)
-    torch.manual_seed(0)
-    args.out.mkdir(parents=True, exist_ok=True)
-    saved = {"forward": forward_check(args.shared), "steps": training_steps(args.shared)}
-    torch.save(saved, args.out / "norga_ranpac.pt")
-    print(f"wrote {args.out / 'norga_ranpac.pt'}")
-    return 0
+    return run_norga_side(__doc__, "norga_ranpac.pt", lambda shared: {"forward": forward_check(shared),
+                                                                      "steps": training_steps(shared)}, argv)
 
 
 if __name__ == "__main__":

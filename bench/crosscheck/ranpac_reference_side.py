@@ -23,9 +23,9 @@ from types import SimpleNamespace
 import torch
 from torch import nn
 
-from adapters_reference import (adapter_difference, adapter_vit, cpu_only, load_adapters, moved, set_dropout,
+from adapters_reference import (adapter_vit, load_adapters, load_head, report_steps, run_reference_side, start_steps,
                                 steps_loaders, tuning_config)
-from reference_side import biggest, reference_args
+from reference_side import biggest
 
 
 def make_learner(ref, state, m: int, **overrides):
@@ -109,14 +109,11 @@ def training_steps(ref, saved: dict) -> None:
     learner = make_learner(ref, saved["forward"]["state_dict"], 100, tuned_epoch=1, batch_size=20,
                            body_lr=opts["lr"], weight_decay=opts["weight_decay"], min_lr=opts["min_lr"])
     adapters = [b.adaptmlp for b in learner._network.convnet.blocks]
-    load_adapters(adapters, steps["initial"])
-    set_dropout(adapters, opts["dropout"])
+    start_steps(adapters, steps["initial"], opts["dropout"])
     learner._cur_task, learner._classes_seen_so_far = 0, 10
     learner._network.update_fc(10)  # its first-session cosine head over task 0's classes
     head = learner._network.fc
-    with torch.no_grad():
-        head.weight.copy_(steps["initial_head"]["weight"])
-        head.sigma.copy_(steps["initial_head"]["sigma"])
+    load_head(head, steps["initial_head"])
     trained_head = {}
     setup_rp = learner.setup_RP
 
@@ -129,12 +126,7 @@ def training_steps(ref, saved: dict) -> None:
     loader = steps_loaders(steps["images"], steps["labels"])
     torch.manual_seed(steps["dropout_seed"])  # as norga's side: restarted right after the head was drawn
     learner._train(loader, loader[:1], loader)
-    print(f"RanPAC 3 training steps, adapters: max |ref - norga| "
-          f"{adapter_difference(adapters, steps['trained']):.1e} (moved {moved(steps['initial'], steps['trained']):.1e})")
-    for name in ("weight", "sigma"):
-        moved_by = biggest(steps["trained_head"][name], steps["initial_head"][name])
-        print(f"RanPAC 3 training steps, head {name}: max |ref - norga| "
-              f"{biggest(trained_head[name], steps['trained_head'][name]):.1e} (moved {moved_by:.1e})")
+    report_steps("RanPAC 3 training steps", adapters, steps, trained_head)
 
 
 def namespace() -> SimpleNamespace:
@@ -149,15 +141,16 @@ def namespace() -> SimpleNamespace:
                            VisionTransformer=VisionTransformer)
 
 
-def main(argv=None) -> int:
-    args = reference_args(__doc__, "RanPAC/RanPAC", "bench.crosscheck.ranpac_norga_side", argv)
-    cpu_only()
-    ref = namespace()
-    saved = torch.load(args.saved / "norga_ranpac.pt", weights_only=False)
+def checks(ref, saved: dict) -> None:
+    """The forward check as shipped (float32) and with the ridge step in float64, then the training steps."""
     for float64 in (False, True):
         forward_check(ref, saved["forward"], float64)
     training_steps(ref, saved)
-    return 0
+
+
+def main(argv=None) -> int:
+    return run_reference_side(__doc__, "RanPAC/RanPAC", "bench.crosscheck.ranpac_norga_side", "norga_ranpac.pt",
+                              namespace, checks, argv)
 
 
 if __name__ == "__main__":

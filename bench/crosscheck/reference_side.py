@@ -37,6 +37,14 @@ def reference_args(doc: str, repository: str, writer: str, argv=None, extra=None
     return args
 
 
+def run_options(p: argparse.ArgumentParser) -> None:
+    """The options of a reference script that runs a whole seed: ``--data`` (the small task's .npz), ``--seed``,
+    ``--out`` (the result file)."""
+    p.add_argument("--data", type=Path, required=True, help="the small task (bench.crosscheck.small_task)")
+    p.add_argument("--seed", type=int, required=True)
+    p.add_argument("--out", type=Path, required=True)
+
+
 def reference_vit(vit_class, **prompting):
     """The reference VisionTransformer as DINOv2 ViT-S/14 at 56 px (layer scale, LayerNorm eps 1e-6), 50 classes."""
     return vit_class(img_size=56, patch_size=14, embed_dim=384, depth=12, num_heads=6, mlp_ratio=4.0, qkv_bias=True,

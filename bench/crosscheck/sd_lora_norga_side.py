@@ -13,13 +13,12 @@ Writes DIR/norga_sd_lora.pt for ``bench/crosscheck/sd_lora_reference_side.py``:
 """
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import torch
 
-from bench.crosscheck.inflora_norga_side import plain_state
-from bench.crosscheck.lora_inputs import task_batches, test_images
+from bench.crosscheck.norga_cli import run_norga_side, weights_in
+from bench.crosscheck.lora_inputs import plain_state, task_batches, test_images
 from bench.crosscheck.norga_side import method_of
 from norga.methods.base import TaskLoaders
 from norga.models.lora_qkv import branch_state
@@ -75,18 +74,11 @@ def training_steps(shared: Path, weights: Path) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--shared", type=Path, default=Path(__file__).resolve().parents[3] / "shared")
-    p.add_argument("--out", type=Path, required=True)
-    args = p.parse_args(argv)
-    torch.manual_seed(0)
-    torch.set_num_threads(1)
-    args.out.mkdir(parents=True, exist_ok=True)
-    weights = args.shared / "weights" / "dinov2_vits14_imgfocus.safetensors"
-    saved = {"forward": forward_check(args.shared, weights), "steps": training_steps(args.shared, weights)}
-    torch.save(saved, args.out / "norga_sd_lora.pt")
-    print(f"wrote {args.out / 'norga_sd_lora.pt'}")
-    return 0
+    def build(shared: Path) -> dict:
+        weights = weights_in(shared)
+        return {"forward": forward_check(shared, weights), "steps": training_steps(shared, weights)}
+
+    return run_norga_side(__doc__, "norga_sd_lora.pt", build, argv, one_thread=True)
 
 
 if __name__ == "__main__":

@@ -14,16 +14,15 @@ Saved: every tensor before and after, the heads' initial values, the statistics,
 """
 from __future__ import annotations
 
-import argparse
 import copy
 from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 import norga.methods.slca as slca_module
-from bench.crosscheck.norga_side import method_of, real_batch
+from bench.crosscheck.norga_cli import run_norga_side, weights_in
+from bench.crosscheck.norga_side import at_56px, method_of, real_batch
 from bench.crosscheck.small_task import first_per_class
 from norga.methods.base import TaskLoaders
 from norga.methods.slca_heads import TaskHeads
@@ -35,11 +34,7 @@ def train_images(shared: Path, classes) -> tuple:
     """The small task's 20 training images of each of ``classes`` in file order, 56 px, ImageNet mean/std."""
     data = first_per_class(np.load(shared / "data" / "cifar100.npz"), max(classes) + 1, {"train": 20})
     keep = np.isin(data["train_y"], list(classes))
-    img = torch.tensor(data["train_x"][keep]).permute(0, 3, 1, 2).float() / 255
-    img = F.interpolate(img, size=56, mode="bicubic", align_corners=False).clamp(0, 1)
-    mean = torch.tensor([0.485, 0.456, 0.406])[:, None, None]
-    std = torch.tensor([0.229, 0.224, 0.225])[:, None, None]
-    return (img - mean) / std, torch.tensor(data["train_y"][keep])
+    return at_56px(data["train_x"][keep]), torch.tensor(data["train_y"][keep])
 
 
 def recorder(draws: list):
@@ -104,16 +99,8 @@ def slca(shared: Path, weights: Path) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--shared", type=Path, default=Path(__file__).resolve().parents[3] / "shared")
-    p.add_argument("--out", type=Path, required=True)
-    args = p.parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
-    torch.set_num_threads(1)
-    weights = args.shared / "weights" / "dinov2_vits14_imgfocus.safetensors"
-    torch.save(slca(args.shared, weights), args.out / "norga_slca.pt")
-    print(f"wrote {args.out / 'norga_slca.pt'}")
-    return 0
+    return run_norga_side(__doc__, "norga_slca.pt", lambda shared: slca(shared, weights_in(shared)), argv, seed=None,
+                          one_thread=True)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import random
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -27,7 +26,7 @@ from PIL import Image
 from torch.utils.data import DataLoader
 from torchvision import transforms as T
 
-from reference_side import reference_args
+from reference_side import reference_args, run_options
 from slca_reference_side import network
 
 CIFAR_MEAN, CIFAR_STD = (0.5071, 0.4867, 0.4408), (0.2675, 0.2565, 0.2761)  # its iCIFAR100 common_trsf
@@ -79,12 +78,7 @@ def accuracy_row(net, task_data: SmallTask, task: int) -> list:
 
 
 def main(argv=None) -> int:
-    def extra(p):
-        p.add_argument("--data", type=Path, required=True)
-        p.add_argument("--seed", type=int, required=True)
-        p.add_argument("--out", type=Path, required=True)
-
-    args = reference_args(__doc__, "GengDavid/SLCA", "bench.crosscheck.slca_norga_side", argv, extra)
+    args = reference_args(__doc__, "GengDavid/SLCA", "bench.crosscheck.slca_norga_side", argv, run_options)
     import models.base as base
     import models.slca as module
     from convs.vits import VisionTransformer

@@ -21,7 +21,6 @@ from __future__ import annotations
 from functools import partial
 from types import MethodType, SimpleNamespace
 
-import numpy as np
 import torch
 from torch import nn
 

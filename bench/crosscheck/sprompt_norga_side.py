@@ -9,12 +9,12 @@ prompt, the logits within the selected task and the predicted class.
 """
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
+from bench.crosscheck.norga_cli import run_norga_side, weights_in
 from bench.crosscheck.norga_side import method_of, real_batch
 
 
@@ -38,16 +38,9 @@ def sprompt(x: torch.Tensor, weights: Path) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--shared", type=Path, default=Path(__file__).resolve().parents[3] / "shared")
-    p.add_argument("--out", type=Path, required=True)
-    args = p.parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
-    x = real_batch(args.shared, classes=range(0, 48, 3))
-    weights = args.shared / "weights" / "dinov2_vits14_imgfocus.safetensors"
-    torch.save(sprompt(x, weights), args.out / "norga_sprompt.pt")
-    print(f"wrote {args.out / 'norga_sprompt.pt'}")
-    return 0
+    return run_norga_side(__doc__, "norga_sprompt.pt",
+                          lambda shared: sprompt(real_batch(shared, classes=range(0, 48, 3)), weights_in(shared)),
+                          argv, seed=None)
 
 
 if __name__ == "__main__":

@@ -11,15 +11,14 @@ so the two sides must agree to float precision if their losses, masks, clipping 
 """
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 from typing import Dict, List
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
-from bench.crosscheck.norga_side import method_of
+from bench.crosscheck.norga_cli import norga_args, weights_in
+from bench.crosscheck.norga_side import at_56px, method_of
 from norga.methods.base import TaskLoaders
 
 SETTINGS: Dict[str, tuple] = {
@@ -40,11 +39,7 @@ def step_batches(shared: Path, per_class: int = 6, task: int = 0) -> tuple:
     data = np.load(shared / "data" / "cifar100.npz")
     pick = np.concatenate([np.where(data["train_y"] == c)[0][:per_class] for c in range(10 * task, 10 * task + 10)])
     pick = pick[np.random.RandomState(0).permutation(len(pick))]  # mixed classes in every batch
-    img = torch.tensor(data["train_x"][pick]).permute(0, 3, 1, 2).float() / 255
-    img = F.interpolate(img, size=56, mode="bicubic", align_corners=False).clamp(0, 1)
-    mean = torch.tensor([0.485, 0.456, 0.406])[:, None, None]
-    std = torch.tensor([0.229, 0.224, 0.225])[:, None, None]
-    return (img - mean) / std, torch.tensor(data["train_y"][pick], dtype=torch.long)
+    return at_56px(data["train_x"][pick]), torch.tensor(data["train_y"][pick], dtype=torch.long)
 
 
 def tensors(state: dict) -> Dict[str, torch.Tensor]:
@@ -67,22 +62,21 @@ def train_steps(name: str, weights: Path, x: torch.Tensor, y: torch.Tensor, epoc
             "layers": {"g": getattr(method, "g_layers", []), "e": getattr(method, "e_layers", [])}}
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--shared", type=Path, default=Path(__file__).resolve().parents[3] / "shared")
-    p.add_argument("--out", type=Path, required=True)
+def options(p) -> None:
     p.add_argument("--only", nargs="+", choices=sorted(SETTINGS), default=sorted(SETTINGS))
     p.add_argument("--per-class", type=int, default=6, help="training images per class 0-9 (batches of 20)")
     p.add_argument("--epochs", type=int, default=1, help="passes over the batches")
     p.add_argument("--task", type=int, default=0, choices=range(5), help="train as this task (its classes)")
-    args = p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = norga_args(__doc__, argv, options)
     torch.manual_seed(0)
     args.out.mkdir(parents=True, exist_ok=True)
     x, y = step_batches(args.shared, args.per_class, args.task)
     for name in args.only:
-        torch.save(train_steps(name, args.shared / "weights" / "dinov2_vits14_imgfocus.safetensors", x, y,
-                               args.epochs, args.task),
-                   args.out / f"steps_{name}.pt")
+        saved = train_steps(name, weights_in(args.shared), x, y, args.epochs, args.task)
+        torch.save(saved, args.out / f"steps_{name}.pt")
         print(f"wrote {args.out / f'steps_{name}.pt'}")
     return 0
 

@@ -13,11 +13,11 @@ Ngahoang2005/ICCV2025-TUNA at 77d4f10):
 """
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import torch
 
+from bench.crosscheck.norga_cli import run_norga_side, weights_in
 from bench.crosscheck.norga_side import method_of, real_batch
 from bench.crosscheck.steps_norga import step_batches
 from norga.methods.base import TestBatch
@@ -77,23 +77,18 @@ def forward(method, shared: Path) -> dict:
             "chosen": pred.task_ids}
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--shared", type=Path, default=Path(__file__).resolve().parents[3] / "shared")
-    p.add_argument("--out", type=Path, required=True)
-    args = p.parse_args(argv)
-    torch.manual_seed(0)
-    vit, method = method_of("cifar100_tuna.yaml", OVERRIDES, args.shared / "weights" /
-                            "dinov2_vits14_imgfocus.safetensors")
+def build(shared: Path) -> dict:
+    """The backbone, both tasks' training steps, then the forward check on the trained method, and its values."""
+    vit, method = method_of("cifar100_tuna.yaml", OVERRIDES, weights_in(shared))
     backbone = {k: v.float().clone() for k, v in vit.state_dict().items() if ".tuned." not in k}
-    steps = train_two_tasks(method, args.shared)
-    saved = {"backbone": backbone, "steps": steps, "forward": forward(method, args.shared),
-             "config": {k: getattr(method.c, k) for k in ("lr", "weight_decay", "momentum", "scale", "margin",
-                                                           "orth_weight", "bottleneck", "adapter_scale")}}
-    args.out.mkdir(parents=True, exist_ok=True)
-    torch.save(saved, args.out / "tuna_norga.pt")
-    print(f"wrote {args.out / 'tuna_norga.pt'}")
-    return 0
+    steps = train_two_tasks(method, shared)
+    return {"backbone": backbone, "steps": steps, "forward": forward(method, shared),
+            "config": {k: getattr(method.c, k) for k in ("lr", "weight_decay", "momentum", "scale", "margin",
+                                                          "orth_weight", "bottleneck", "adapter_scale")}}
+
+
+def main(argv=None) -> int:
+    return run_norga_side(__doc__, "tuna_norga.pt", build, argv)
 
 
 if __name__ == "__main__":
