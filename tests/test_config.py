@@ -121,6 +121,21 @@ def test_a_child_config_switching_between_hideprompt_and_norga_keeps_its_base_va
     assert load_config(tmp_path / "l2p.yaml").method.prompt_length != 7  # another method: the base's values go
 
 
+def test_a_child_config_switching_to_hidelora_keeps_only_the_sections_both_methods_take(tmp_path):
+    """HiDe-LoRA takes HiDe-Prompt's tii/tap/stats (subclassed sections) but not its wtp or prompt options."""
+    from norga.config import shared_sections
+
+    assert shared_sections("norga", "hidelora") == shared_sections("hidelora", "hideprompt") == ("stats", "tii", "tap")
+    assert shared_sections("norga", "l2p") == () and shared_sections("norga", "no_such_method") == ()
+    (tmp_path / "hide.yaml").write_text("method: {name: norga, prompt_length: 7, stats: {kind: variance},"
+                                        " tii: {epochs: 3, lr: 0.002}, tap: {epochs: 4}, wtp: {epochs: 6}}\n")
+    (tmp_path / "lora.yaml").write_text("base: hide.yaml\nmethod: {name: hidelora, tii: {epochs: 5}}\n")
+    lora = load_config(tmp_path / "lora.yaml").method
+    assert (lora.tii.epochs, lora.tii.lr, lora.tap.epochs, lora.stats.kind) == (5, 0.002, 4, "variance")
+    assert lora.wtp.epochs == load_config(None, ["method={name: hidelora}"]).method.wtp.epochs  # its own default
+    assert lora.tap.lr == 0.005  # HiDe-LoRA's own default for a key the base does not state
+
+
 def test_overrides_and_strict_types(tmp_path):
     cfg = load_config(None, ["method.wtp.epochs=3", "method.gate={name: linear}", "method.stats.ridge=1e-3",
                              "data.class_order=[2, 0, 1]"])

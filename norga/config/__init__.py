@@ -20,12 +20,12 @@ from .fields import SCHEDULE_STEPPINGS, ConfigError, _f, stepping_field
 from .loading import load_config, merge_configs, read_config_file
 from .parsing import config_to_dict, from_dict
 from .registry import (METHOD_CONFIGS, METHOD_MODULES, METHODS_PACKAGE, method_config, method_config_class,
-                       method_configs, same_options)
+                       method_configs, same_options, shared_sections)
 from .schema import (AMP_MODES, COMPILE_MODES, DEFAULT_METHOD, MOVED_KEYS, Config, DataConfig, LoggingConfig,
                      MethodConfig, ModelConfig)
 
 __all__ = ["ConfigError", "_f", "load_config", "merge_configs", "read_config_file", "config_to_dict", "from_dict",
            "SCHEDULE_STEPPINGS", "stepping_field",
            "METHOD_CONFIGS", "METHOD_MODULES", "METHODS_PACKAGE", "method_config", "method_config_class",
-           "method_configs", "same_options", "AMP_MODES", "COMPILE_MODES", "DEFAULT_METHOD", "MOVED_KEYS", "Config",
+           "method_configs", "same_options", "shared_sections", "AMP_MODES", "COMPILE_MODES", "DEFAULT_METHOD", "MOVED_KEYS", "Config",
            "DataConfig", "LoggingConfig", "MethodConfig", "ModelConfig"]

@@ -11,7 +11,7 @@ import yaml
 from .fields import ConfigError
 from .method_switch import method_switch_problem
 from .parsing import from_dict
-from .registry import same_options
+from .registry import same_options, shared_sections
 from .schema import Config
 from .shipped import config_file
 
@@ -109,7 +109,9 @@ def read_config_file(path: Path) -> Dict[str, Any]:
     ``base: other.yaml`` (a path relative to the file) names a config this one
     starts from: mappings merge key by key, every other value (lists too) is
     replaced. A section naming another ``name`` than the base's (another method,
-    another gate) replaces the base's section whole: its keys belong to the other one.
+    another gate) replaces the base's section: its keys belong to the other one, except
+    the nested sections both methods take (:func:`~norga.config.registry.shared_sections`,
+    e.g. the ``tii``/``tap``/``stats`` of ``hideprompt`` and ``hidelora``), which merge.
     """
     merged: Dict[str, Any] = {}
     for _, raw in config_chain(path):
@@ -144,6 +146,10 @@ def merge_configs(base: Dict[str, Any], own: Dict[str, Any]) -> Dict[str, Any]:
         # another method or gate: the base's options belong to the other one (unless the two methods share them)
         if isinstance(old, dict) and isinstance(value, dict) and not renamed:
             merged[key] = merge_configs(old, value)
+        elif renamed and key == "method":  # another method: only the sections both methods take stay
+            kept = {section: old[section] for section in shared_sections(old.get("name"), value.get("name"))
+                    if section in old}
+            merged[key] = merge_configs(kept, value)
         else:
             merged[key] = value
     return merged

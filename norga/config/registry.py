@@ -6,8 +6,9 @@ effect is that the torch-free ``norga/methods/*_config.py`` modules register the
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib
-from typing import Any, Dict
+from typing import Any, Dict, Tuple
 
 from .fields import ConfigError
 
@@ -56,3 +57,21 @@ def same_options(a: Any, b: Any) -> bool:
     if not (isinstance(a, str) and isinstance(b, str) and a in known and b in known):
         return False
     return issubclass(known[a], known[b]) or issubclass(known[b], known[a])
+
+
+def shared_sections(a: Any, b: Any) -> Tuple[str, ...]:
+    """The nested sections (e.g. ``tii``, ``tap``, ``stats``) that registered methods ``a`` and ``b`` both declare as
+    the same kind of options (one section's dataclass extends the other's): a child config that switches from ``a``
+    to ``b`` keeps its base's values for them. Empty for an unknown name."""
+    known = method_configs()
+    if not (isinstance(a, str) and isinstance(b, str) and a in known and b in known):
+        return ()
+    mine, theirs = _section_types(known[a]), _section_types(known[b])
+    return tuple(name for name, kind in mine.items()
+                 if name in theirs and (issubclass(kind, theirs[name]) or issubclass(theirs[name], kind)))
+
+
+def _section_types(cls: type) -> Dict[str, type]:
+    """A method config's nested sections: field name -> the dataclass its default is built from."""
+    return {f.name: f.default_factory for f in dataclasses.fields(cls)
+            if isinstance(f.default_factory, type) and dataclasses.is_dataclass(f.default_factory)}

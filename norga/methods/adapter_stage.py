@@ -7,7 +7,7 @@ the head, cosine decay from ``lr`` to ``min_lr`` over the epochs (stepped once p
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, NamedTuple, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -21,13 +21,22 @@ from ..toolkit.training import Stage, run_stage
 from .base import chosen_blocks
 
 
-def frozen_adapter_blocks(method, vit: nn.Module, layers: Optional[Sequence[int]]):
-    """(token model, block indices, wrapped blocks) of an adapter method: ``method.frozen_token_model(vit)`` freezes
-    every backbone weight before any adapter exists, then the blocks ``layers`` (``method.adapter_layers``; None:
-    all) are wrapped as :class:`~norga.models.adapters.AdaptedBlock` with no adapter yet."""
+class FrozenAdapterBlocks(NamedTuple):
+    """An adapter method's frozen backbone with its adapter-ready blocks (see :func:`frozen_adapter_blocks`)."""
+    model: nn.Module  # the frozen token model (``method.frozen_token_model(vit)``)
+    layers: List[int]  # indices of the wrapped blocks
+    blocks: List[nn.Module]  # the wrapped blocks (:class:`~norga.models.adapters.AdaptedBlock`), one per index
+    tuned: nn.ModuleList  # each block's ``tuned`` adapter list (empty until adapters are added; they appear here)
+
+
+def frozen_adapter_blocks(method, vit: nn.Module, layers: Optional[Sequence[int]]) -> FrozenAdapterBlocks:
+    """The frozen backbone of an adapter method: ``method.frozen_token_model(vit)`` freezes every backbone weight
+    before any adapter exists, then the blocks ``layers`` (``method.adapter_layers``; None: all) are wrapped as
+    :class:`~norga.models.adapters.AdaptedBlock` with no adapter yet."""
     model = method.frozen_token_model(vit)
     chosen = chosen_blocks(vit, layers, "method.adapter_layers")
-    return model, chosen, attach_adapter_blocks(model.vit, chosen)
+    blocks = attach_adapter_blocks(model.vit, chosen)
+    return FrozenAdapterBlocks(model, chosen, blocks, nn.ModuleList(b.tuned for b in blocks))
 
 
 def _adapters(vit: nn.Module, layers: Sequence[int], opts, dim: int) -> List[nn.Module]:

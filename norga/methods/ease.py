@@ -76,8 +76,7 @@ class EASE(Method):
     def __init__(self, vit, task_classes, cfg, device):
         super().__init__(vit, task_classes, cfg, device)
         c = self.c = cfg.method
-        self.model, self.layers, self.blocks = frozen_adapter_blocks(self, vit, c.adapter_layers)
-        self.tuned = nn.ModuleList(b.tuned for b in self.blocks)
+        self.model, self.layers, self.blocks, self.tuned = frozen_adapter_blocks(self, vit, c.adapter_layers)
         dim = self.model.embed_dim
         self.prototypes = torch.zeros(self.num_classes, self.num_tasks, dim, device=device)
         self.learned = torch.zeros(self.num_classes, dtype=torch.bool, device=device)

@@ -49,10 +49,9 @@ class MOS(Method):
     def __init__(self, vit, task_classes, cfg, device):
         super().__init__(vit, task_classes, cfg, device)
         c = self.c = cfg.method
-        self.model, self.layers, self.blocks = frozen_adapter_blocks(self, vit, c.adapter_layers)
+        self.model, self.layers, self.blocks, self.tuned = frozen_adapter_blocks(self, vit, c.adapter_layers)
         dim = self.model.embed_dim
         add_adapters(self.blocks, dim, c.bottleneck, c.adapter_scale, c.adapter_dropout)
-        self.tuned = nn.ModuleList(b.tuned for b in self.blocks)
         self.sums = nn.ModuleList(self._adapter() for _ in self.blocks)
         zero_(self.sums)
         self.head = self._timm_head(dim, cfg.seed)

@@ -52,8 +52,7 @@ class TUNA(Method):
     def __init__(self, vit, task_classes, cfg, device):
         super().__init__(vit, task_classes, cfg, device)
         c = self.c = cfg.method
-        self.model, self.layers, self.blocks = frozen_adapter_blocks(self, vit, c.adapter_layers)
-        self.tuned = nn.ModuleList(b.tuned for b in self.blocks)
+        self.model, self.layers, self.blocks, self.tuned = frozen_adapter_blocks(self, vit, c.adapter_layers)
         self.heads = nn.ParameterList()
         self.stats = GaussianStore(c.stats, c.stats_ridge, seed=cfg.seed)
         self.learned_tasks = 0

@@ -33,15 +33,13 @@ import torch
 
 from ..config.fields import SCHEDULE_STEPPINGS
 
-STEPPINGS = SCHEDULE_STEPPINGS  # the config options' choices
-
 
 def lr_factor(epoch: int, schedule: str, epochs: int, milestones: Sequence[int] = (), gamma: float = 0.1,
               min_ratio: float = 0.0, stepping: str = "torch", warmup_epochs: int = 0,
               warmup_ratio: float = 0.0) -> float:
     """Multiplier of the base lr during 0-based ``epoch``; see the module docstring."""
-    if stepping not in STEPPINGS:
-        raise ValueError(f"unknown schedule stepping {stepping!r}; choose one of {STEPPINGS}")
+    if stepping not in SCHEDULE_STEPPINGS:
+        raise ValueError(f"unknown schedule stepping {stepping!r}; choose one of {SCHEDULE_STEPPINGS}")
     index = epoch if stepping == "torch" else max(epoch - 1, 0)
     if index < warmup_epochs:
         return warmup_ratio + index * (1.0 - warmup_ratio) / warmup_epochs
