@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from bench.crosscheck.adapters_norga import backbone_state
 from bench.crosscheck.norga_cli import run_norga_side, weights_in
 from bench.crosscheck.norga_side import at_56px, method_of, real_batch
 from norga.methods.base import TestBatch
@@ -46,11 +47,6 @@ def save_tasks(method, snapshots: list) -> None:
         load_current(method, adapters)
         method.save_test_adapter(k)
     method.learned_tasks = len(snapshots)
-
-
-def backbone_state(vit) -> dict:
-    """The converted ViT's weights without norga's wrappers (``blocks.i.block.X`` -> ``blocks.i.X``, no adapters)."""
-    return {k.replace(".block.", "."): v.float() for k, v in vit.state_dict().items() if ".tuned." not in k}
 
 
 @torch.no_grad()
