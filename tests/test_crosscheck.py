@@ -138,3 +138,33 @@ def test_recollecting_one_side_keeps_the_others_and_relabels_the_old_rows(tmp_pa
     with pytest.raises(SystemExit):  # the old rows may not be kept under a compared side's name
         training_main(["--collect", str(tmp_path), "--results", str(results), "--sides", "norga",
                        "--keep-as", "reference_fixed"])
+
+
+def test_seed_runs_scores_both_sides_in_the_same_units(tmp_path, capsys, monkeypatch):
+    import bench.crosscheck.seed_runs as seed_runs
+
+    monkeypatch.setattr(seed_runs, "TASKS", 2)
+    rows = {1993: [[60.0], [40.0, 50.0]], 1994: [[70.0], [30.0, 40.0]]}  # pilot_runs_reference: percent
+    for seed, after in rows.items():
+        (tmp_path / f"ref_ease_s{seed}.json").write_text(json.dumps({"matrix": after}))
+        run = tmp_path / f"norga_ease_s{seed}"
+        run.mkdir()
+        s = [[after[0][0] / 100 + 0.02, after[1][0] / 100 + 0.02], [None, after[1][1] / 100]]  # task 0 two points up
+        (run / "metrics.json").write_text(json.dumps({"completed_tasks": 2, "acc_matrix": s}))
+    seed_runs.main(["ease", str(tmp_path), "--seeds", "1993", "1994", "1995"])
+    out = capsys.readouterr().out
+    assert "| reference | 1993 | 45.0 |" in out and "| norga | 1993 | 46.0 |" in out
+    assert "mean FA reference (n=2): 40.0" in out
+    assert "over seeds [1993, 1994]: +1.0 [+1.0, +1.0]" in out
+
+
+def test_seed_runs_leaves_out_unfinished_runs_and_refuses_short_reference_files(tmp_path):
+    from bench.crosscheck.seed_runs import scores
+
+    run = tmp_path / "norga_mos_s40"
+    run.mkdir()
+    (run / "metrics.json").write_text(json.dumps({"completed_tasks": 3, "acc_matrix": [[0.5]]}))
+    assert scores("mos", tmp_path, [40]) == {"reference": {}, "norga": {}}
+    (tmp_path / "ref_mos_s40.json").write_text(json.dumps({"matrix": [[0.5]]}))
+    with pytest.raises(ValueError, match="1 of 5 tasks"):
+        scores("mos", tmp_path, [40])
