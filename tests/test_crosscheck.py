@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.crosscheck import seed_runs
 from bench.crosscheck.training import METRICS, authors_log, coda_results, collect, mean_lines, norga_run
 from bench.crosscheck.training import main as training_main
 from norga.config import load_config
@@ -141,8 +142,6 @@ def test_recollecting_one_side_keeps_the_others_and_relabels_the_old_rows(tmp_pa
 
 
 def test_seed_runs_scores_both_sides_in_the_same_units(tmp_path, capsys, monkeypatch):
-    import bench.crosscheck.seed_runs as seed_runs
-
     monkeypatch.setattr(seed_runs, "TASKS", 2)
     rows = {1993: [[60.0], [40.0, 50.0]], 1994: [[70.0], [30.0, 40.0]]}  # pilot_runs_reference: percent
     for seed, after in rows.items():
@@ -159,12 +158,10 @@ def test_seed_runs_scores_both_sides_in_the_same_units(tmp_path, capsys, monkeyp
 
 
 def test_seed_runs_leaves_out_unfinished_runs_and_refuses_short_reference_files(tmp_path):
-    from bench.crosscheck.seed_runs import scores
-
     run = tmp_path / "norga_mos_s40"
     run.mkdir()
     (run / "metrics.json").write_text(json.dumps({"completed_tasks": 3, "acc_matrix": [[0.5]]}))
-    assert scores("mos", tmp_path, [40]) == {"reference": {}, "norga": {}}
+    assert seed_runs.scores("mos", tmp_path, [40]) == {"reference": {}, "norga": {}}
     (tmp_path / "ref_mos_s40.json").write_text(json.dumps({"matrix": [[0.5]]}))
     with pytest.raises(ValueError, match="1 of 5 tasks"):
-        scores("mos", tmp_path, [40])
+        seed_runs.scores("mos", tmp_path, [40])
