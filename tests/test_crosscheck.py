@@ -155,13 +155,16 @@ def test_seed_runs_scores_both_sides_in_the_same_units(tmp_path, capsys, monkeyp
     assert "| reference | 1993 | 45.0 |" in out and "| norga | 1993 | 46.0 |" in out
     assert "mean FA reference (n=2): 40.0" in out
     assert "over seeds [1993, 1994]: +1.0 [+1.0, +1.0]" in out
+    assert "ref_ease_s1995.json (missing)" in out and "norga_ease_s1995/metrics.json (missing)" in out
 
 
-def test_seed_runs_leaves_out_unfinished_runs_and_refuses_short_reference_files(tmp_path):
+def test_seed_runs_leaves_out_unfinished_runs_and_refuses_short_reference_files(tmp_path, capsys):
     run = tmp_path / "norga_mos_s40"
     run.mkdir()
     (run / "metrics.json").write_text(json.dumps({"completed_tasks": 3, "acc_matrix": [[0.5]]}))
     assert seed_runs.scores("mos", tmp_path, [40]) == {"reference": {}, "norga": {}}
+    printed = capsys.readouterr().out
+    assert "norga_mos_s40/metrics.json (3 of 5 tasks)" in printed and "ref_mos_s40.json (missing)" in printed
     (tmp_path / "ref_mos_s40.json").write_text(json.dumps({"matrix": [[0.5]]}))
     with pytest.raises(ValueError, match="1 of 5 tasks"):
         seed_runs.scores("mos", tmp_path, [40])

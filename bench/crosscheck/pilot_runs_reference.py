@@ -58,8 +58,8 @@ class SmallTask:
     def __init__(self, npz: Path, seed: int):
         data = np.load(npz)
         np.random.seed(seed)
-        order = np.random.permutation(50).tolist()
-        rank = np.argsort(order)  # original class -> position in the order
+        self.order = np.random.permutation(50).tolist()
+        rank = np.argsort(self.order)  # original class -> position in the order
         self.data = {split: (data[f"{split}_x"], rank[data[f"{split}_y"]]) for split in ("train", "test")}
         self.nb_tasks = TASKS
 
@@ -69,10 +69,12 @@ class SmallTask:
     def get_total_classnum(self) -> int:
         return TASKS * PER_TASK
 
-    def get_dataset(self, indices, source: str, mode: str, **_) -> Split:
+    def get_dataset(self, indices, source: str, mode: str, ret_data: bool = False, **_):
+        """The split of classes ``indices``; with ``ret_data`` (images, labels, split) as its DataManager returns."""
         x, y = self.data[source]
         keep = np.isin(y, indices)
-        return Split(x[keep], y[keep], mode == "train")
+        split = Split(x[keep], y[keep], mode == "train")
+        return (split.images, split.labels, split) if ret_data else split
 
 
 def learner_of(method: str, saved: dict):

@@ -1,12 +1,12 @@
 """Whole runs of a cross-check, both sides side by side: ``python -m bench.crosscheck.seed_runs METHOD DIR``.
 
 DIR holds the reference's result files ``ref_<METHOD>_s<seed>.json`` (``pilot_runs_reference.py`` for ranpac, aper
-and ease; ``mos_reference_run.py``; ``slca_reference_run.py``) and norga's run folders ``norga_<METHOD>_s<seed>/``
+and ease; ``mos_reference_run.py``; ``slca_reference_run.py``; ``tuna_reference_run.py``) and norga's run folders ``norga_<METHOD>_s<seed>/``
 (``norga train --config configs/crosscheck/<METHOD>.yaml --set seed=<seed>``). Both sides' accuracy matrices are
 scored by :mod:`norga.reports.metrics`. Printed: a markdown table of FA, CA, FM (%) and the last row's per-task
 accuracies per seed and side, each side's mean FA with its 95% t interval, and the seed-paired FA difference
 norga − reference with its 95% t interval (:mod:`norga.reports.summary_stats`). Unfinished norga runs
-(``completed_tasks`` below the task count) are left out and named.
+(``completed_tasks`` below the task count) and missing files are left out and named.
 """
 from __future__ import annotations
 
@@ -24,9 +24,10 @@ REFERENCE_ROWS = {
     "ranpac": ("matrix", 0.01), "aper": ("matrix", 0.01), "ease": ("matrix", 0.01),  # pilot_runs_reference: %
     "mos": ("matrix", 1.0),  # mos_reference_run: fractions
     "slca": ("acc_matrix", 1.0),  # slca_reference_run: fractions
+    "tuna": ("acc_matrix", 1.0),  # tuna_reference_run: fractions
 }
 SEEDS = {"ranpac": (1993, 1994, 1995), "aper": (1993, 1994, 1995), "ease": (1993, 1994, 1995),
-         "mos": (42, 40, 44), "slca": (1993, 1996, 1997)}
+         "mos": (42, 40, 44), "slca": (1993, 1996, 1997), "tuna": (1993, 1996, 1997)}
 
 
 def as_s(after_rows: Sequence[Sequence[float]], unit: float = 1.0) -> List[list]:
@@ -49,6 +50,8 @@ def scores(method: str, folder: Path, seeds: Sequence[int]) -> Dict[str, Dict[in
     out: Dict[str, Dict[int, dict]] = {"reference": {}, "norga": {}}
     for seed in seeds:
         ref, mine = folder / f"ref_{method}_s{seed}.json", folder / f"norga_{method}_s{seed}" / "metrics.json"
+        for missing in (path for path in (ref, mine) if not path.is_file()):
+            print(f"left out: {missing} (missing)")
         if ref.is_file():
             S = reference_s(method, ref)
             out["reference"][seed] = {**summarize(S), "last": [row[-1] for row in S]}
