@@ -22,10 +22,10 @@ from pathlib import Path
 import numpy as np
 import torch
 from PIL import Image
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 
 from mos_reference_side import build_vit  # run as a script: bench/crosscheck is on sys.path
-from reference_side import reference_args, run_options
+from reference_side import reference_args, run_options, without_workers
 
 TASKS, PER_TASK = 5, 10
 ARGS = {"init_lr": 0.03, "batch_size": 20, "weight_decay": 0.0005, "min_lr": 0, "optimizer": "sgd",
@@ -109,8 +109,7 @@ def main(argv=None) -> int:
 
     from norga.data.transforms import cifar_recipe
 
-    mos_module.num_workers = 0  # CPU patch: its DataLoaders in the main process
-    mos_module.DataLoader = lambda *a, **k: DataLoader(*a, **{**k, "num_workers": 0})
+    without_workers(mos_module)
     random.seed(args.seed)
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)

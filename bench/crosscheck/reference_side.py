@@ -45,6 +45,15 @@ def run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, required=True)
 
 
+def without_workers(module) -> None:
+    """CPU patch in memory: a PILOT-family learner module's DataLoaders run in the main process (its module-level
+    ``num_workers``, e.g. 8, and every ``DataLoader(..., num_workers=k)`` it builds, e.g. ``_compute_mean``'s 4)."""
+    from torch.utils.data import DataLoader
+
+    module.num_workers = 0
+    module.DataLoader = lambda *a, **k: DataLoader(*a, **{**k, "num_workers": 0})
+
+
 def reference_vit(vit_class, **prompting):
     """The reference VisionTransformer as DINOv2 ViT-S/14 at 56 px (layer scale, LayerNorm eps 1e-6), 50 classes."""
     return vit_class(img_size=56, patch_size=14, embed_dim=384, depth=12, num_heads=6, mlp_ratio=4.0, qkv_bias=True,

@@ -24,10 +24,9 @@ import logging
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader
 
 from pilot_runs_reference import SmallTask, accuracy_matrix  # run as a script: bench/crosscheck is on sys.path
-from reference_side import reference_args, run_options
+from reference_side import reference_args, run_options, without_workers
 from tuna_reference_side import build_vit
 
 # exps/tuna_cifar.json as shipped, except tuned_epoch 15 -> 5 and batch_size 16 -> 20 (the small task's protocol)
@@ -36,12 +35,6 @@ ARGS = {"memory_size": 0, "memory_per_class": 0, "fixed_memory": False, "device"
         "scheduler": "cosine", "reinit_optimizer": True, "init_milestones": [10], "init_lr_decay": 0.1, "reg": 0.001,
         "use_orth": False, "crct_epochs": 30, "ca_lr": 0.005, "ca_storage_efficient_method": "covariance",
         "decay": False, "drop": 0.0, "drop_path": 0.0, "r": 16, "scale": 20.0, "m": 0.0}
-
-
-def without_workers(module) -> None:
-    """CPU patch: the module's DataLoaders in the main process (its ``num_workers`` 8, ``_compute_mean``'s 4)."""
-    module.num_workers = 0
-    module.DataLoader = lambda *a, **k: DataLoader(*a, **{**k, "num_workers": 0})
 
 
 def make_learner(weights: dict):
