@@ -3,6 +3,7 @@ the ensemble against hand computations; the training forward's merges and the re
 smoke ViT; a smoke run whose saved test adapters are checked against the running sums."""
 from __future__ import annotations
 
+import copy
 import math
 from pathlib import Path
 
@@ -144,6 +145,87 @@ def test_training_step_terms_and_the_regulariser_inputs(monkeypatch):
     method.train_adapter(1, loaders_of(cfg, bench, method, 1).train)
     assert seen and all(t == 0.8 for _, _, t in seen)
     assert torch.equal(seen[0][1], method.store.means(bench.task_classes[0]))
+
+
+def _fill(adapters, value: float) -> None:
+    with torch.no_grad():
+        for a in adapters:
+            for p in a.parameters():
+                p.fill_(value)
+
+
+def _statistics_setup(**options):
+    """Task 2 of the smoke run (2 classes x 12 images, 2 adapted blocks): slot 0 at W = 1, the sum over tasks 0, 1
+    S_2 = 6 (``earlier``), the running sums at 100 (what S_3 would hold)."""
+    cfg, bench, method = _method(**options)
+    _fill(method.current, 1.0)
+    _fill(method.sums, 100.0)
+    earlier = copy.deepcopy(method.sums)
+    _fill(earlier, 6.0)
+    method.learned_tasks = 2
+    return method, loaders_of(cfg, bench, method, 2).train_plain, earlier, bench.task_classes[2]
+
+
+def _slot0_values(method):
+    return {round(float(v), 5) for a in method.current for p in a.parameters() for v in p.detach().flatten()}
+
+
+def test_statistics_forwards_merge_towards_the_earlier_mean_class_by_class():
+    """merging (the code's _compute_mean): one batch per class (12 images <= 3 x batch 8), class after class; each
+    forward merges slot 0 before both adapted blocks towards S_2 / 2 = 3, never towards the running sums. The
+    features equal an independent forward in which block b of forward n sees slot 0 at 3 - 2 * 0.9^(2n + b + 1)
+    (iterated in float32), and slot 0 leaves at 3 - 2 * 0.9^4."""
+    method, plain, earlier, classes = _statistics_setup()
+    images = torch.stack([plain.dataset[i][0] for i in range(len(plain.dataset))])
+    labels = torch.as_tensor(plain.dataset.labels)
+    feats, got_labels = method.statistics_features(2, plain, earlier)
+    assert got_labels.tolist() == [classes[0]] * 12 + [classes[1]] * 12
+    assert _slot0_values(method) == {round(3 - 2 * 0.9 ** 4, 5)}
+
+    value, total = [torch.tensor(1.0)], torch.tensor(6.0)
+
+    def schedule(block, args):  # W <- 0.9 W + 0.1 S / 2 in float32, in the formula's order of operations
+        value[0] = (1 - 0.1) * value[0] + 0.1 * total / 2
+        _fill(method.current, float(value[0]))
+
+    hooks = [b.register_forward_pre_hook(schedule) for b in method.blocks]
+    try:
+        with torch.no_grad(), mos_module.tuning(method.model, 0):
+            expected = torch.cat([method.model(images[labels == c]) for c in classes])
+    finally:
+        for h in hooks:
+            h.remove()
+    assert torch.allclose(feats, expected, atol=1e-6)
+
+
+def test_statistics_under_the_trained_adapter_do_not_merge():
+    """stats_adapter: trained: slot 0 stays at W = 1 and the features are the plain forward under it."""
+    method, plain, earlier, _ = _statistics_setup(stats_adapter="trained")
+    feats, labels = method.statistics_features(2, plain, earlier)
+    assert _slot0_values(method) == {1.0}
+    with torch.no_grad(), mos_module.tuning(method.model, 0):
+        expected = torch.cat([method.model(x) for x, _ in plain])
+    assert torch.allclose(feats, expected, atol=1e-6) and labels.tolist() == plain.dataset.labels.tolist()
+
+
+def test_learn_task_takes_the_statistics_towards_the_sum_before_saving(monkeypatch):
+    """learn_task hands the statistics the sums as they were before this task's adapter was added (S_t), while the
+    running sums already hold S_t + W_t."""
+    cfg, bench, method = _method(epochs=1, ca_epochs=0)
+    seen = []
+    original = mos_module.MOS.statistics_features
+
+    def spy(self, task, plain, earlier):
+        seen.append(([p.clone() for p in earlier.parameters()], [p.clone() for p in self.sums.parameters()]))
+        return original(self, task, plain, earlier)
+
+    monkeypatch.setattr(mos_module.MOS, "statistics_features", spy)
+    method.learn_task(0, loaders_of(cfg, bench, method, 0))
+    before = [p.clone() for p in method.sums.parameters()]
+    method.learn_task(1, loaders_of(cfg, bench, method, 1))
+    earlier, running = seen[1]
+    assert all(torch.equal(a, b) for a, b in zip(earlier, before))
+    assert not all(torch.equal(a, b) for a, b in zip(running, before))
 
 
 @pytest.fixture(scope="module")

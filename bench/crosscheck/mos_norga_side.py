@@ -11,14 +11,22 @@ dropout 0 (the random masks could not be shared), and two checks:
 * training: task 2 (classes 20-29) after W_0, W_1 were saved, the trained adapter at a random W, stored statistics
   for classes 0-19 (their means enter the regulariser), a random head; three fixed batches of 8 real CIFAR-100
   training images of classes 20-27 through ``train_adapter`` (1 epoch, SGD, lr 0.03, the per-block merges); the
-  trained adapter and head before and after.
+  trained adapter and head before and after;
+* statistics: task 2 after W_0, W_1 were saved, the trained adapter at a random W_2, saved as ``learn_task`` saves
+  it; then the class statistics' forwards (``stats_adapter: merging``, batch size 8, so 24 images per forward) over
+  30 real CIFAR-100 training images of each of classes 20-22 (two forwards per class): the features and labels,
+  the adapter they leave behind, and for comparison the features under norga's earlier target (S_3 / 2: the sums
+  after W_2 was added, what norga used before 2026-11-29).
 """
 from __future__ import annotations
 
 from pathlib import Path
 
+import copy
+
 import numpy as np
 import torch
+from torch.utils.data import DataLoader, Dataset
 
 from bench.crosscheck.adapters_norga import backbone_state
 from bench.crosscheck.norga_cli import run_norga_side, weights_in
@@ -100,10 +108,47 @@ def training_check(weights: Path, shared: Path) -> dict:
             "head_after": {k: v.clone() for k, v in method.head.state_dict().items()}}
 
 
+class Images(Dataset):
+    """(image (3, 56, 56), label) pairs with ``labels`` (N,), as norga's datasets carry them."""
+
+    def __init__(self, x: torch.Tensor, y: torch.Tensor):
+        self.x, self.labels = x, y
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, i: int):
+        return self.x[i], int(self.labels[i])
+
+
+def statistics_check(weights: Path, shared: Path) -> dict:
+    _, method = method_of("cifar100_mos.yaml", [*OVERRIDES, "method.batch_size=8"], weights)
+    g = torch.Generator().manual_seed(6)
+    snapshots = [random_adapters(method, g) for _ in range(2)]
+    save_tasks(method, snapshots)
+    current = random_adapters(method, g)
+    data = np.load(shared / "data" / "cifar100.npz")
+    pick = np.concatenate([np.where(data["train_y"] == c)[0][:30] for c in (20, 21, 22)])
+    images = Images(at_56px(data["train_x"][pick]), torch.as_tensor(data["train_y"][pick]).long())
+    out = {"snapshots": snapshots, "current_before": current, "images": images.x, "labels": images.labels}
+    sums_before = copy.deepcopy(method.sums.state_dict())  # S_2
+    for target in ("earlier", "running"):
+        method.sums.load_state_dict(sums_before)
+        load_current(method, current)
+        earlier = copy.deepcopy(method.sums)
+        method.save_test_adapter(2)  # W_2's test adapter; sums += W_2
+        feats, labels = method.statistics_features(2, DataLoader(images, batch_size=64),
+                                                   earlier if target == "earlier" else method.sums)
+        out[target] = {"features": feats, "labels": labels,
+                       "current_after": [{k: v.clone() for k, v in t[0].state_dict().items()} for t in method.tuned]}
+    return out
+
+
 def main(argv=None) -> int:
     def build(shared: Path) -> dict:
-        return {"forward": forward_check(weights_in(shared), shared), "training": training_check(weights_in(shared),
-                                                                                                 shared)}
+        weights = weights_in(shared)
+        return {"forward": forward_check(weights, shared), "training": training_check(weights, shared),
+                "statistics": statistics_check(weights, shared)}
 
     return run_norga_side(__doc__, "norga_mos.pt", build, argv, seed=None)
 

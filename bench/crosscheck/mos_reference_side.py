@@ -8,9 +8,10 @@ CHECKOUT is sun-hailong/AAAI25-MOS, DIR what ``python -m bench.crosscheck.mos_no
 folded into ``attn.proj`` and ``fc2`` (weights and biases times gamma, the same function) and timm's fused qkv is
 split into its q/k/v projections. Adapter dropout is set to 0 (norga's side too). Its ``models/mos.py`` Learner is
 assembled around it (``__new__``, the attributes its methods read) and its own methods run: ``_eval_cnn`` on the
-forward check's images and ``get_optimizer``, ``get_scheduler``, ``_init_train`` on the three training batches.
-Printed: max |reference - norga| of features, logits, retrieved adapters, predictions and every trained tensor
-(with how far it moved). Nothing is patched or copied.
+forward check's images, ``get_optimizer``, ``get_scheduler``, ``_init_train`` on the three training batches, and
+``_compute_mean`` on the statistics check's images (its DataLoader's ``num_workers=4`` set to 0 in memory: the one
+patch). Printed: max |reference - norga| of features, logits, retrieved adapters, predictions, every trained tensor
+(with how far it moved), the class statistics and the adapter they leave behind. Nothing is copied.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from types import SimpleNamespace
 import torch
 from torch import nn
 
-from reference_side import biggest, reference_args  # run as a script: bench/crosscheck is on sys.path
+from reference_side import biggest, reference_args, without_workers  # run as a script: bench/crosscheck is on sys.path
 
 NAMES = {"down.weight": ("down_proj", "weight"), "down.bias": ("down_proj", "bias"), "up.weight": ("up_proj", "weight"),
          "up.bias": ("up_proj", "bias")}
@@ -167,18 +168,60 @@ def check_training(ref: dict, saved: dict) -> None:
               f"(moved {biggest(t['head_after'][key], t['head_before'][key]):.1e})")
 
 
+class PerClass:
+    """The part of its DataManager ``_compute_mean`` calls: one class's images (already 56 px) as (index, image,
+    label) items, in the order norga's side saved them."""
+
+    def __init__(self, x: torch.Tensor, y: torch.Tensor):
+        self.x, self.y = x, y
+
+    def get_dataset(self, indices, source, mode, ret_data=False):
+        keep = torch.isin(self.y, torch.as_tensor(indices))
+        x, y = self.x[keep], self.y[keep]
+        items = [(i, x[i], int(y[i])) for i in range(len(y))]
+        return (x, y, items) if ret_data else items
+
+
+@torch.no_grad()
+def check_statistics(ref: dict, saved: dict) -> None:
+    st = saved["statistics"]
+    vit = build_vit(ref["vit_mos"], saved["forward"]["state_dict"])
+    save_like_the_reference(vit, st["snapshots"])
+    load_adapters(vit.cur_adapter, st["current_before"])
+    vit.adapter_update()  # its _train: W_2 saved (and summed) before _compute_mean
+    me = learner(ref, vit, 3, {**ARGS, "ca_storage_efficient_method": "covariance"})
+    me.batch_size, me._total_classes, me.cls_cov = 8, 23, {}
+    me.data_manager = PerClass(st["images"], st["labels"])
+    without_workers(ref["mos_module"])
+    me._compute_mean(vit)
+    for target in ("earlier", "running"):
+        feats, labels = st[target]["features"], st[target]["labels"]
+        means = max(biggest(me.cls_mean[c], feats[labels == c].mean(0)) for c in (20, 21, 22))
+        covs = max(biggest(me.cls_cov[c] - 1e-4 * torch.eye(384), torch.cov(feats[labels == c].T)) for c in (20, 21, 22))
+        adapter = max(biggest(getattr(getattr(a, module), attr), after[key])
+                      for a, after in zip(vit.cur_adapter, st[target]["current_after"])
+                      for key, (module, attr) in NAMES.items())
+        print(f"MOS statistics, norga's merge target {'S_t / t (now)' if target == 'earlier' else '(S_t + W_t) / t (before)'}"
+              f": class means max |ref - norga| {means:.1e}, covariances {covs:.1e}, the adapter left behind {adapter:.1e}")
+    spread = max(biggest(me.cls_mean[c], me.cls_mean[20]) for c in (21, 22))
+    print(f"MOS statistics: for scale, the class means differ from each other by up to {spread:.1e}")
+
+
 def main(argv=None) -> int:
     args = reference_args(__doc__, "sun-hailong/AAAI25-MOS", "bench.crosscheck.mos_norga_side", argv)
     logging.disable(logging.INFO)
+    import models.mos as mos_module
     from backbone import vit_mos
     from backbone.linears import CosineLinear
     from models.mos import Learner
     from utils.inc_net import MOSNet
 
-    ref = {"vit_mos": vit_mos, "CosineLinear": CosineLinear, "Learner": Learner, "MOSNet": MOSNet}
+    ref = {"vit_mos": vit_mos, "CosineLinear": CosineLinear, "Learner": Learner, "MOSNet": MOSNet,
+           "mos_module": mos_module}
     saved = torch.load(args.saved / "norga_mos.pt", weights_only=False)
     check_forward(ref, saved)
     check_training(ref, saved)
+    check_statistics(ref, saved)
     return 0
 
 

@@ -12,19 +12,23 @@ Task t (images x (B, 3, H, W), labels y):
      per_block``, before every adapted block of every forward with slot 0);
   2. save the test adapter of task t, then add slot 0 to S;
   3. Gaussian statistics (mean, covariance + ridge) of task t's classes from slot-0 features of the un-augmented
-     training images; the prototypes (C, D) of its classes = mean phi_0 features;
+     training images (``stats_adapter: merging``: training forwards, class by class, merging slot 0 towards
+     S_t / t, S_t the sum before step 2); the prototypes (C, D) of its classes = mean phi_0 features (after the
+     first task with adapter 0's dropout on under ``prototype_dropout``, as the code);
   4. t > 0: the head alone trains on pseudo-features sampled from the statistics of every seen class.
 Test: o = cos(phi_0(x), prototypes) (B, C); the retrieval from the task of argmax o picks adapter k and its head
 logits z (B, C); the answer is softmax(z) + softmax(T o) (``ensemble``) or z.
 """
 from __future__ import annotations
 
+import copy
 from contextlib import contextmanager
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.utils.data import DataLoader
 
 from ..models.adapters import BottleneckAdapter, add_adapters, tuning
 from ..toolkit.gaussian import GaussianStore
@@ -58,7 +62,7 @@ class MOS(Method):
         self.prototypes = torch.zeros(self.num_classes, dim, device=device)
         self.store = GaussianStore(c.ca_statistics, c.ca_ridge, c.n_centroids, cfg.seed)
         self.learned_tasks = 0
-        self._merging = False
+        self._merging: Optional[Tuple[nn.ModuleList, int]] = None
         for block in self.blocks:
             block.register_forward_pre_hook(self._merge_before_block)
 
@@ -88,21 +92,23 @@ class MOS(Method):
         merge_(self.current, self.sums, self.learned_tasks, self.c.adapter_momentum)
 
     def _merge_before_block(self, block, args) -> None:
-        if self._merging:
-            self.merge()
+        if self._merging is not None:
+            merge_(self.current, *self._merging, self.c.adapter_momentum)
 
     @contextmanager
-    def current_adapter(self):
-        """Forwards within run slot 0, merging before every adapted block under ``merge: per_block``."""
-        self._merging = self.c.merge == "per_block"
+    def current_adapter(self, target: Optional[Tuple[nn.ModuleList, int]] = None):
+        """Forwards within run slot 0, merging it before every adapted block under ``merge: per_block`` towards
+        target = (sums, saved adapters) (default: the running sums over the learned tasks)."""
+        if self.c.merge == "per_block":
+            self._merging = target if target is not None else (self.sums, self.learned_tasks)
         try:
             with tuning(self.model, 0):
                 yield
         finally:
-            self._merging = False
+            self._merging = None
 
-    def _current_features(self, x: Tensor) -> Tensor:
-        with self.current_adapter():
+    def _current_features(self, x: Tensor, target: Optional[Tuple[nn.ModuleList, int]] = None) -> Tensor:
+        with self.current_adapter(target):
             return self.model(x.to(self.device))
 
     # ---- training -------------------------------------------------------------------------------
@@ -110,15 +116,15 @@ class MOS(Method):
         if self.learned_tasks != task:
             raise RuntimeError(f"task {task} needs {task} learned tasks, found {self.learned_tasks}")
         self.train_adapter(task, loaders.train)
+        earlier = copy.deepcopy(self.sums)  # S_t (tasks < t): the statistics' merge target, as the code's sum[t - 1]
         self.save_test_adapter(task)
         classes = self.task_classes[task]
-        self.tuned.eval()
-        with torch.no_grad():
-            feats, labels = extract_features(_Current(self), loaders.train_plain, self.device, desc="mos stats")
+        feats, labels = self.statistics_features(task, loaders.train_plain, earlier)
         for c in classes:
             self.store.add(c, feats[labels == c])
-        feats0, labels0 = extract_features(TunedView(self.model, 1), loaders.train_plain, self.device,
-                                           desc="mos prototypes")
+        with_dropout = self.c.prototype_dropout and task > 0
+        view = _DropoutView(self.model, [t[1] for t in self.tuned]) if with_dropout else TunedView(self.model, 1)
+        feats0, labels0 = extract_features(view, loaders.train_plain, self.device, desc="mos prototypes")
         self.prototypes[classes] = class_means(feats0, labels0, classes).to(self.device)
         self.learned_tasks = task + 1
         if task > 0 and self.c.ca_epochs > 0:
@@ -156,6 +162,24 @@ class MOS(Method):
             self.merge()  # after the last step
         for p in [*adapters, *self.head.parameters()]:
             p.requires_grad_(False)
+
+    @torch.no_grad()
+    def statistics_features(self, task: int, plain, earlier: nn.ModuleList) -> Tuple[Tensor, Tensor]:
+        """Features (N, D) and labels (N,) of task ``task``'s un-augmented training images (``plain``'s dataset) for
+        the class statistics, dropout off. ``stats_adapter: merging`` (the code's ``_compute_mean``): class by class
+        in dataset order, batches of 3 x ``batch_size``, each a training forward of slot 0, which under ``merge:
+        per_block`` merges slot 0 towards ``earlier`` / task (S_t / t, ``earlier`` holding S_t) before every adapted
+        block, so slot 0 leaves the statistics at about that mean (and starts task t + 1 from it); ``trained``: slot 0
+        as trained, no merges. Every process of a torchrun job runs the whole pass (the merges are sequential)."""
+        self.model.eval()
+        self.tuned.eval()
+        if self.c.stats_adapter == "trained":
+            return extract_features(_Trained(self), plain, self.device, desc="mos stats")
+        feats, labels = [], []
+        for x, y in class_loader(plain, self.task_classes[task], 3 * self.c.batch_size):
+            feats.append(self._current_features(x, (earlier, task)).float().cpu())
+            labels.append(torch.as_tensor(y))
+        return torch.cat(feats), torch.cat(labels)
 
     def save_test_adapter(self, task: int) -> None:
         """Task ``task``'s test adapter into slot 1 + task (from slot 0 and S), then S += slot 0."""
@@ -220,7 +244,8 @@ class MOS(Method):
         c = self.c
         return {"name": self.name, "learned_tasks": self.learned_tasks, "adapter_layers": self.layers,
                 "adapter_parameters": sum(p.numel() for p in self.tuned.parameters()), "merge": c.merge,
-                "test_adapters": c.test_adapters, "adapter_momentum": c.adapter_momentum, "ensemble": c.ensemble}
+                "test_adapters": c.test_adapters, "adapter_momentum": c.adapter_momentum, "ensemble": c.ensemble,
+                "stats_adapter": c.stats_adapter, "prototype_dropout": c.prototype_dropout}
 
     def summary(self) -> str:
         c = self.c
@@ -229,12 +254,51 @@ class MOS(Method):
                 f"{c.ca_epochs} epochs; self-refined retrieval, {c.refine_steps} steps)")
 
 
-class _Current(nn.Module):
-    """Images (B, 3, H, W) -> (B, D) features under slot 0 (merging as in training): the statistics' forward."""
+class _DropoutView(TunedView):
+    """Images (B, 3, H, W) -> (B, D) features under adapter 0 (slot 1) with its dropout on (``adapters``: slot 1 of
+    every block): the code's prototypes after the first task (``prototype_dropout``)."""
+
+    def __init__(self, model: nn.Module, adapters: List[nn.Module]):
+        super().__init__(model, 1)
+        self.adapters = adapters  # a plain list: not registered, so extract_features' eval() leaves them alone
+
+    def forward(self, x: Tensor, prompts=None) -> Tensor:
+        for a in self.adapters:
+            a.train()
+        try:
+            return super().forward(x)
+        finally:
+            for a in self.adapters:
+                a.eval()
+
+
+class _Trained(nn.Module):
+    """Images (B, 3, H, W) -> (B, D) features under slot 0 as trained (no merges): ``stats_adapter: trained``."""
 
     def __init__(self, method: MOS):
         super().__init__()
         self.method, self.embed_dim = method, method.model.embed_dim
 
     def forward(self, x: Tensor, prompts=None) -> Tensor:
-        return self.method._current_features(x)
+        with tuning(self.method.model, 0):
+            return self.method.model(x.to(self.method.device))
+
+
+def class_batches(labels: Sequence[int], classes: Sequence[int], batch_size: int) -> List[List[int]]:
+    """Dataset rows in batches: class after class (in ``classes`` order), each class's rows in dataset order,
+    ``batch_size`` at a time (a class's last batch may be smaller): the code's per-class statistics loaders."""
+    labels = torch.as_tensor(labels)
+    batches = []
+    for cls in classes:
+        rows = torch.nonzero(labels == int(cls)).flatten().tolist()
+        batches += [rows[i:i + batch_size] for i in range(0, len(rows), batch_size)]
+    return batches
+
+
+def class_loader(plain: DataLoader, classes: Sequence[int], batch_size: int) -> DataLoader:
+    """``plain``'s dataset (and workers) in :func:`class_batches` order."""
+    dataset = plain.dataset
+    labels = getattr(dataset, "labels", None)
+    labels = labels if labels is not None else [int(y) for _, y in dataset]
+    return DataLoader(dataset, batch_sampler=class_batches(labels, classes, batch_size),
+                      num_workers=plain.num_workers, pin_memory=plain.pin_memory)

@@ -9,6 +9,7 @@ from .adapter_config import AdapterTuningConfig
 
 MERGES = ("per_block", "per_step")  # when the adapter EMA runs (docs/methods/mos.md)
 TEST_ADAPTERS = ("prefix_mean", "stored")  # which weights adapter k has at test
+STATS_ADAPTERS = ("merging", "trained")  # which adapter the class statistics' forwards run
 STATISTICS = ("covariance", "variance", "multi_centroid")  # norga.toolkit.gaussian.GaussianStore kinds
 
 
@@ -38,6 +39,14 @@ class MOSConfig(AdapterTuningConfig):
     # fixed point the official code reaches by re-merging the saved adapters in place at every test forward;
     # stored (the paper): adapter k is the one saved after task k
     test_adapters: str = _f("prefix_mean", choices=TEST_ADAPTERS)
+    # merging (official _compute_mean): the statistics' forwards are training forwards of the trained adapter, class
+    # by class in batches of 3 x batch_size; under merge: per_block each merges it towards the mean of the earlier
+    # tasks' saved adapters before every block, so after the first batches the statistics are those of that mean
+    # (the test adapter under prefix_mean) and the next task starts from it; trained: the adapter as trained
+    stats_adapter: str = _f("merging", choices=STATS_ADAPTERS)
+    # true (official replace_fc): after every task but the first the alignment has left the backbone in train mode,
+    # so the new classes' prototypes are means of adapter-0 features with its dropout on; false: dropout off
+    prototype_dropout: bool = _f(True)
     reg: float = _f(0.1, ge=0.0)  # weight of the contrastive regulariser; official reg: 0.1
     reg_temperature: float = _f(0.8, gt=0.0)  # its similarity divisor; official orth_loss: / 0.8
     # true (official ensemble): softmax of the refined head logits + softmax(T x prototype cosine logits of adapter
