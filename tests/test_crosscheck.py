@@ -168,3 +168,44 @@ def test_seed_runs_leaves_out_unfinished_runs_and_refuses_short_reference_files(
     (tmp_path / "ref_mos_s40.json").write_text(json.dumps({"matrix": [[0.5]]}))
     with pytest.raises(ValueError, match="1 of 5 tasks"):
         seed_runs.scores("mos", tmp_path, [40])
+
+
+def _adapters(value: float):
+    from torch import nn
+
+    class Pair(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.down_proj, self.up_proj = nn.Linear(4, 2), nn.Linear(2, 4)
+            for p in self.parameters():
+                nn.init.constant_(p, value)
+
+    return [Pair(), Pair()]
+
+
+def test_tuna_init_exchange_writes_then_replaces_the_first_task_tensors(tmp_path):
+    """The swap of the TUNA finding: a side's drawn adapters (its layer names) and head are written in norga's
+    naming, and another side's file replaces them; a file of the wrong shape is one error naming both shapes."""
+    import torch
+
+    from bench.crosscheck.tuna_init import exchange_first_task_init
+
+    names = {"down": "down_proj", "up": "up_proj"}
+    mine, head = _adapters(1.0), torch.full((3, 4), 1.0)
+    exchange_first_task_init(names, mine, head, None, tmp_path / "mine.pt")
+    saved = torch.load(tmp_path / "mine.pt", weights_only=True)
+    assert sorted(saved["adapter"][1]) == ["down.bias", "down.weight", "up.bias", "up.weight"]
+    theirs, their_head = _adapters(2.0), torch.full((3, 4), 2.0)
+    exchange_first_task_init(names, theirs, their_head, tmp_path / "mine.pt", None)
+    assert all(bool((p == 1.0).all()) for a in theirs for p in a.parameters()) and bool((their_head == 1.0).all())
+    with pytest.raises(SystemExit, match=r"head \(3, 4\), this run has 2 and \(5, 4\)"):
+        exchange_first_task_init(names, _adapters(0.0), torch.zeros(5, 4), tmp_path / "mine.pt", None)
+
+
+def test_tuna_swap_needs_a_norga_command_and_a_file():
+    from bench.crosscheck import tuna_swap_norga
+
+    with pytest.raises(SystemExit, match="after '--'"):
+        tuna_swap_norga.main(["--init-in", "x.pt"])
+    with pytest.raises(SystemExit, match="--init-out FILE, --init-in FILE or both"):
+        tuna_swap_norga.main(["--", "train"])

@@ -16,18 +16,27 @@ weights) returns ``tuna_reference_side.build_vit``'s ViT-S/14 at 56 px with norg
 worker processes (module-level ``num_workers`` 8 and the ``num_workers=4`` of ``_compute_mean``). The generator
 is seeded as its trainer's ``_set_random`` does (``torch.manual_seed(seed)`` before the data manager and the
 learner). Writes the accuracy matrix (fractions; row t = after task t) and the class order to --out.
+
+The initial-tensor swap (docs/crosscheck.md, TUNA): ``--init-out FILE`` writes the adapter and head its first
+task starts from (its own draws for the seed, in norga's naming: ``bench.crosscheck.tuna_init``); ``--init-in
+FILE`` starts its first task from FILE's tensors instead, copied over its own draws after they were made, so
+every later draw of its stream (shuffles, augmentation, dropout, sampling) stays as in the plain run.
 """
 from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from pilot_runs_reference import SmallTask, accuracy_matrix  # run as a script: bench/crosscheck is on sys.path
 from reference_side import reference_args, run_options, without_workers
+from tuna_init import exchange_first_task_init
 from tuna_reference_side import build_vit
+
+REFERENCE_NAMES = {"down": "down_proj", "up": "up_proj"}  # its Adapter's layer names for norga's
 
 # exps/tuna_cifar.json as shipped, except tuned_epoch 15 -> 5 and batch_size 16 -> 20 (the small task's protocol)
 ARGS = {"memory_size": 0, "memory_per_class": 0, "fixed_memory": False, "device": ["cpu"], "tuned_epoch": 5,
@@ -52,14 +61,36 @@ def make_learner(weights: dict):
     return learner
 
 
+def swap_options(p) -> None:
+    run_options(p)
+    p.add_argument("--init-out", type=Path, help="write the first task's initial adapter and head here")
+    p.add_argument("--init-in", type=Path, help="start the first task from these initial tensors")
+
+
+def hook_first_task(learner, init_in, init_out) -> None:
+    """Wrap its ``TUNANet.update_fc`` so that right after the first task's head is drawn the initial ``cur_adapter``
+    and head are written to ``init_out`` and/or replaced by ``init_in``'s (both in norga's naming)."""
+    net, original = learner._network, learner._network.update_fc
+
+    def update_fc(nb_classes, *rest):
+        first = net.fc is None
+        original(nb_classes, *rest)
+        if first:
+            exchange_first_task_init(REFERENCE_NAMES, net.backbone.cur_adapter, net.fc.heads[0][0].weight,
+                                     init_in, init_out)
+
+    net.update_fc = update_fc
+
+
 def main(argv=None) -> int:
     args = reference_args(__doc__, "Ngahoang2005/ICCV2025-TUNA @ 77d4f10", "bench.crosscheck.tuna_norga_side", argv,
-                          run_options)
+                          swap_options)
     logging.disable(logging.INFO)
     saved = torch.load(args.saved / "tuna_norga.pt", weights_only=False)
     torch.manual_seed(args.seed)  # its trainer's _set_random, before the data manager and the learner
     data = SmallTask(args.data, args.seed)
     learner = make_learner(saved["backbone"])
+    hook_first_task(learner, args.init_in, args.init_out)
     matrix = [[a / 100 for a in row] for row in accuracy_matrix(learner, data)]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"seed": args.seed, "order": data.order, "acc_matrix": matrix}) + "\n")
