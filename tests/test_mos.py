@@ -13,7 +13,7 @@ import torch
 from conftest import build_run_parts, loaders_of, train_smoke_run
 from norga.config import ConfigError, load_config
 from norga.methods import mos as mos_module
-from norga.methods.mos_parts import accumulate_, ensemble, merge_, refine, set_test_adapter_
+from norga.methods.mos_parts import accumulate_, class_batches, ensemble, merge_, refine, set_test_adapter_
 from norga.models.adapters import BottleneckAdapter
 
 MOS_SMOKE = Path(__file__).resolve().parents[1] / "configs" / "smoke" / "mos.yaml"
@@ -145,6 +145,11 @@ def test_training_step_terms_and_the_regulariser_inputs(monkeypatch):
     method.train_adapter(1, loaders_of(cfg, bench, method, 1).train)
     assert seen and all(t == 0.8 for _, _, t in seen)
     assert torch.equal(seen[0][1], method.store.means(bench.task_classes[0]))
+
+
+def test_class_batches_by_hand():
+    """Rows of class 1 (0, 2, 3) in twos, then class 0's (1, 4): the code's per-class loaders, class by class."""
+    assert class_batches([1, 0, 1, 1, 0], [1, 0], 2) == [[0, 2], [3], [1, 4]]
 
 
 def _fill(adapters, value: float) -> None:

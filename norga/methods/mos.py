@@ -23,12 +23,11 @@ from __future__ import annotations
 
 import copy
 from contextlib import contextmanager
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.utils.data import DataLoader
 
 from ..models.adapters import BottleneckAdapter, add_adapters, tuning
 from ..toolkit.gaussian import GaussianStore
@@ -40,7 +39,7 @@ from ..toolkit.training import Stage, cross_entropy_term, run_stage
 from . import register_method
 from .adapter_stage import TunedView, cached_features, class_means, frozen_adapter_blocks
 from .base import Method, Prediction, TaskLoaders, TestBatch
-from .mos_parts import accumulate_, ensemble, merge_, refine, set_test_adapter_, zero_
+from .mos_parts import accumulate_, class_loader, ensemble, merge_, refine, set_test_adapter_, zero_
 
 _ALIGN_STAGE = 7  # task_generator stage of the classifier alignment's sampling and shuffles
 
@@ -174,7 +173,7 @@ class MOS(Method):
         self.model.eval()
         self.tuned.eval()
         if self.c.stats_adapter == "trained":
-            return extract_features(_Trained(self), plain, self.device, desc="mos stats")
+            return extract_features(TunedView(self.model, 0), plain, self.device, desc="mos stats")
         feats, labels = [], []
         for x, y in class_loader(plain, self.task_classes[task], 3 * self.c.batch_size):
             feats.append(self._current_features(x, (earlier, task)).float().cpu())
@@ -271,34 +270,3 @@ class _DropoutView(TunedView):
             for a in self.adapters:
                 a.eval()
 
-
-class _Trained(nn.Module):
-    """Images (B, 3, H, W) -> (B, D) features under slot 0 as trained (no merges): ``stats_adapter: trained``."""
-
-    def __init__(self, method: MOS):
-        super().__init__()
-        self.method, self.embed_dim = method, method.model.embed_dim
-
-    def forward(self, x: Tensor, prompts=None) -> Tensor:
-        with tuning(self.method.model, 0):
-            return self.method.model(x.to(self.method.device))
-
-
-def class_batches(labels: Sequence[int], classes: Sequence[int], batch_size: int) -> List[List[int]]:
-    """Dataset rows in batches: class after class (in ``classes`` order), each class's rows in dataset order,
-    ``batch_size`` at a time (a class's last batch may be smaller): the code's per-class statistics loaders."""
-    labels = torch.as_tensor(labels)
-    batches = []
-    for cls in classes:
-        rows = torch.nonzero(labels == int(cls)).flatten().tolist()
-        batches += [rows[i:i + batch_size] for i in range(0, len(rows), batch_size)]
-    return batches
-
-
-def class_loader(plain: DataLoader, classes: Sequence[int], batch_size: int) -> DataLoader:
-    """``plain``'s dataset (and workers) in :func:`class_batches` order."""
-    dataset = plain.dataset
-    labels = getattr(dataset, "labels", None)
-    labels = labels if labels is not None else [int(y) for _, y in dataset]
-    return DataLoader(dataset, batch_sampler=class_batches(labels, classes, batch_size),
-                      num_workers=plain.num_workers, pin_memory=plain.pin_memory)

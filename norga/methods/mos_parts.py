@@ -11,13 +11,15 @@ the adapters saved after tasks 0..t-1 (S_0 = 0), beta = ``adapter_momentum``.
   z = head(phi_tau(x)), tau' = task(argmax z), until tau' = tau or ``steps`` head evaluations; z of the last
   evaluated tau is the answer.
 * ensemble:        softmax(z) + softmax(T * o), o the prototype cosine logits, T = tasks learned.
+* statistics' batches: class after class, each class's rows in dataset order, 3 x batch_size at a time.
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence, Tuple
+from typing import Callable, List, Sequence, Tuple
 
 import torch
 from torch import Tensor, nn
+from torch.utils.data import DataLoader
 
 NAMES = ("down.weight", "down.bias", "up.weight", "up.bias")
 
@@ -85,3 +87,23 @@ def refine(feats: Tensor, start: Tensor, head: Callable[[Tensor], Tensor], class
 def ensemble(refined: Tensor, prototype_logits: Tensor, tasks: int) -> Tensor:
     """softmax(refined) + softmax(tasks * prototype_logits), both (B, C) with -inf on classes not to predict."""
     return torch.softmax(refined, dim=1) + torch.softmax(prototype_logits / (1 / tasks), dim=1)
+
+
+def class_batches(labels: Sequence[int], classes: Sequence[int], batch_size: int) -> List[List[int]]:
+    """Dataset rows in batches: class after class (in ``classes`` order), each class's rows in dataset order,
+    ``batch_size`` at a time (a class's last batch may be smaller): the code's per-class statistics loaders."""
+    labels = torch.as_tensor(labels)
+    batches = []
+    for cls in classes:
+        rows = torch.nonzero(labels == int(cls)).flatten().tolist()
+        batches += [rows[i:i + batch_size] for i in range(0, len(rows), batch_size)]
+    return batches
+
+
+def class_loader(plain: DataLoader, classes: Sequence[int], batch_size: int) -> DataLoader:
+    """``plain``'s dataset (and workers) in :func:`class_batches` order."""
+    dataset = plain.dataset
+    labels = getattr(dataset, "labels", None)
+    labels = labels if labels is not None else [int(y) for _, y in dataset]
+    return DataLoader(dataset, batch_sampler=class_batches(labels, classes, batch_size),
+                      num_workers=plain.num_workers, pin_memory=plain.pin_memory)
