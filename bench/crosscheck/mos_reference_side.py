@@ -197,12 +197,14 @@ def check_statistics(ref: dict, saved: dict) -> None:
     for target in ("earlier", "running"):
         feats, labels = st[target]["features"], st[target]["labels"]
         means = max(biggest(me.cls_mean[c], feats[labels == c].mean(0)) for c in (20, 21, 22))
-        covs = max(biggest(me.cls_cov[c] - 1e-4 * torch.eye(384), torch.cov(feats[labels == c].T)) for c in (20, 21, 22))
+        covs = max(biggest(me.cls_cov[c] - 1e-4 * torch.eye(384), torch.cov(feats[labels == c].T))
+                   for c in (20, 21, 22))
         adapter = max(biggest(getattr(getattr(a, module), attr), after[key])
                       for a, after in zip(vit.cur_adapter, st[target]["current_after"])
                       for key, (module, attr) in NAMES.items())
-        print(f"MOS statistics, norga's merge target {'S_t / t (now)' if target == 'earlier' else '(S_t + W_t) / t (before)'}"
-              f": class means max |ref - norga| {means:.1e}, covariances {covs:.1e}, the adapter left behind {adapter:.1e}")
+        named = "S_t / t (now)" if target == "earlier" else "(S_t + W_t) / t (before)"
+        print(f"MOS statistics, norga's merge target {named}: class means max |ref - norga| {means:.1e}, "
+              f"covariances {covs:.1e}, the adapter left behind {adapter:.1e}")
     spread = max(biggest(me.cls_mean[c], me.cls_mean[20]) for c in (21, 22))
     print(f"MOS statistics: for scale, the class means differ from each other by up to {spread:.1e}")
 

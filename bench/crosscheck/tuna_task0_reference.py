@@ -74,9 +74,8 @@ def main(argv=None) -> int:
     print("epoch | max |ref - norga| head | adapters | norga moved: head | adapters")
     for e in range(len(saved["batches"])):
         i = (e + 1) * steps - 1
-        moved = gap(saved["trace"][i], saved["initial"])
-        print(f"{e + 1} | {gap(replay.trace[i], saved['trace'][i])[0]:.1e} | {gap(replay.trace[i], saved['trace'][i])[1]:.1e}"
-              f" | {moved[0]:.1e} | {moved[1]:.1e}")
+        (head, adapters), moved = gap(replay.trace[i], saved["trace"][i]), gap(saved["trace"][i], saved["initial"])
+        print(f"{e + 1} | {head:.1e} | {adapters:.1e} | {moved[0]:.1e} | {moved[1]:.1e}")
     return 0
 
 
