@@ -209,3 +209,26 @@ def test_tuna_swap_needs_a_norga_command_and_a_file():
         tuna_swap_norga.main(["--init-in", "x.pt"])
     with pytest.raises(SystemExit, match="--init-out FILE, --init-in FILE or both"):
         tuna_swap_norga.main(["--", "train"])
+
+
+def test_reference_runs_take_the_values_of_their_crosscheck_configs(monkeypatch):
+    """The whole-run reference scripts restate their config's values in the reference's names (they build its
+    Learner, which reads a dict); each must equal what norga resolves from configs/crosscheck/<method>.yaml, and the
+    reference's batch_size x 5 alignment samples what norga's config samples per class."""
+    monkeypatch.syspath_prepend(str(REPO / "bench" / "crosscheck"))
+    import mos_reference_run
+    import tuna_reference_run
+
+    mos, ref = load_config(REPO / "configs" / "crosscheck" / "mos.yaml").method, mos_reference_run.ARGS
+    assert (ref["init_lr"], ref["batch_size"], ref["weight_decay"], ref["min_lr"], ref["tuned_epoch"]) == (
+        mos.lr, mos.batch_size, mos.weight_decay, mos.min_lr, mos.epochs)
+    assert (ref["reg"], ref["adapter_momentum"], ref["ensemble"], ref["crct_epochs"], ref["ca_lr"]) == (
+        mos.reg, mos.adapter_momentum, mos.ensemble, mos.ca_epochs, mos.ca_lr)
+    assert ref["ca_storage_efficient_method"] == mos.ca_statistics and 5 * ref["batch_size"] == mos.ca_samples_per_class
+    tuna, ref = load_config(REPO / "configs" / "crosscheck" / "tuna.yaml").method, tuna_reference_run.ARGS
+    assert (ref["init_lr"], ref["batch_size"], ref["weight_decay"], ref["min_lr"], ref["tuned_epoch"]) == (
+        tuna.lr, tuna.batch_size, tuna.weight_decay, tuna.min_lr, tuna.epochs)
+    assert (ref["crct_epochs"], ref["ca_lr"], ref["scale"], ref["m"]) == (tuna.ca_epochs, tuna.ca_lr, tuna.scale,
+                                                                          tuna.margin)
+    assert ref["use_orth"] == (tuna.orth_weight > 0) and ref["decay"] == (tuna.ca_mean_decay != "none")
+    assert ref["ca_storage_efficient_method"] == tuna.stats and 5 * ref["batch_size"] == tuna.ca_per_class
