@@ -27,7 +27,7 @@ REFERENCE_ROWS = {
     "tuna": ("acc_matrix", 1.0),  # tuna_reference_run: fractions
 }
 SEEDS = {"ranpac": (1993, 1994, 1995), "aper": (1993, 1994, 1995), "ease": (1993, 1994, 1995),
-         "mos": (40, 41, 42, 43, 44, 45), "slca": (1993, 1996, 1997), "tuna": (1993, 1996, 1997)}
+         "mos": (40, 41, 42, 43, 44, 45), "slca": (1993, 1996, 1997), "tuna": (1993, 1994, 1995, 1996, 1997, 1998)}
 
 
 def as_s(after_rows: Sequence[Sequence[float]], unit: float = 1.0) -> List[list]:
