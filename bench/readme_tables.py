@@ -43,6 +43,23 @@ def evidence_overview(results: Results) -> List[str]:
     return arm_table(results, OVERVIEW)
 
 
+READING = [a for a in OVERVIEW if a not in ("no_prompt", "simplecil")]  # every overview arm paired with no_prompt
+
+
+@block("evidence-reading", ["no_prompt", *READING])
+def evidence_reading(results: Results) -> List[str]:
+    """README: every overview arm against ``no_prompt`` in one sentence (above / level / below, FA and TIL FA)."""
+    ready = [a for a in READING if has_intervals(results, [f"{a} − no_prompt"])]
+    if not ready:
+        return []
+    fa, til = (verdicts(results, metric, ready, "no_prompt") for metric in ("FA", "TIL_FA"))
+    left_out = ", ".join(f"`{a}`" for a in READING if a not in ready)
+    return [f"Reading: against `no_prompt` (the same pipeline without prompts), paired over the seeds (*level*: the 95% "
+            f"interval includes 0), the arms are in FA "
+            f"{fa}; given the task (TIL FA) {til}." + (f" Not yet compared (fewer than 2 seeds): {left_out}."
+                                                      if left_out else "")]
+
+
 MAIN_PAIRS = ["norga_tanh − hideprompt", "hideprompt − no_prompt", "norga_tanh − no_prompt"]
 
 
