@@ -8,12 +8,19 @@ The file (``torch.save``): ``{"adapter": [{"down.weight" (r, D), "down.bias" (r,
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Dict, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import torch
 from torch import nn
 
 TENSORS = ("weight", "bias")
+
+
+def adapter_tensors(names: Dict[str, str], adapters: Sequence[nn.Module]) -> List[Dict[str, torch.Tensor]]:
+    """Copies of every block's adapter tensors in norga's naming (``names``: norga's ``down``/``up`` -> the module's
+    layer names): ``[{"down.weight", "down.bias", "up.weight", "up.bias"} per block]``."""
+    return [{f"{ours}.{t}": getattr(getattr(a, theirs), t).detach().clone() for ours, theirs in names.items()
+             for t in TENSORS} for a in adapters]
 
 
 def exchange_first_task_init(names: Dict[str, str], adapters: Sequence[nn.Module], head: torch.Tensor,
@@ -22,9 +29,7 @@ def exchange_first_task_init(names: Dict[str, str], adapters: Sequence[nn.Module
     ``head`` to ``init_out``; then, with ``init_in``, copy that file's tensors over them (shapes must match)."""
     if init_out is not None:
         init_out.parent.mkdir(parents=True, exist_ok=True)
-        torch.save({"adapter": [{f"{ours}.{t}": getattr(getattr(a, theirs), t).detach().clone()
-                                 for ours, theirs in names.items() for t in TENSORS} for a in adapters],
-                    "head": head.detach().clone()}, init_out)
+        torch.save({"adapter": adapter_tensors(names, adapters), "head": head.detach().clone()}, init_out)
         print(f"wrote the first task's initial tensors to {init_out}", flush=True)
     if init_in is None:
         return

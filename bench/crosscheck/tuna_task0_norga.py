@@ -16,6 +16,7 @@ from typing import Callable, List
 
 import torch
 
+from bench.crosscheck.lockstep_norga import EpochBatches
 from bench.crosscheck.tuna_norga_side import adapter_state
 from norga.config import load_config
 from norga.engine.loaders import task_loaders
@@ -24,22 +25,18 @@ from norga.methods import build_method
 from norga.toolkit.seeding import seed_everything, task_seed
 
 
-class RecordedEpochs:
-    """Iterating yields the next epoch's kept batches; after each batch's optimiser step (when the loop asks for the
-    next batch) ``snapshot()`` is appended to ``trace``."""
+class RecordedEpochs(EpochBatches):
+    """:class:`~bench.crosscheck.lockstep_norga.EpochBatches` that, after each batch's optimiser step (when the loop
+    asks for the next batch), appends ``snapshot()`` to ``trace``."""
 
     def __init__(self, epochs: List[list], snapshot: Callable[[], dict]):
-        self.epochs, self.snapshot, self.trace, self.next = epochs, snapshot, [], 0
+        super().__init__(epochs)
+        self.snapshot, self.trace = snapshot, []
 
     def __iter__(self):
-        batches = self.epochs[self.next]
-        self.next += 1
-        for batch in batches:
+        for batch in super().__iter__():
             yield batch
             self.trace.append(self.snapshot())
-
-    def __len__(self) -> int:
-        return len(self.epochs[0])
 
 
 def first_task(config: Path, overrides: List[str]) -> dict:

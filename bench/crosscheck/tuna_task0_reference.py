@@ -17,7 +17,8 @@ import logging
 import torch
 
 from reference_side import reference_args
-from tuna_reference_run import make_learner  # run as a script: bench/crosscheck is on sys.path
+from tuna_init import adapter_tensors
+from tuna_reference_run import REFERENCE_NAMES, make_learner  # run as a script: bench/crosscheck is on sys.path
 from tuna_reference_side import set_adapters
 
 
@@ -40,7 +41,7 @@ class ReplayedEpochs:
 
 def gap(a: dict, b: dict) -> tuple:
     """Largest |a − b| of the head and of the adapters' tensors."""
-    adapter = max(float((a["adapter"][k][n] - b["adapter"][k][n]).abs().max()) for k in a["adapter"]
+    adapter = max(float((a["adapter"][k][n] - b["adapter"][k][n]).abs().max()) for k in range(len(a["adapter"]))
                   for n in a["adapter"][k])
     return float((a["head"] - b["head"]).abs().max()), adapter
 
@@ -61,10 +62,7 @@ def main(argv=None) -> int:
     position[torch.as_tensor(saved["task_classes"])] = torch.arange(len(saved["task_classes"]))
 
     def snapshot():
-        return {"head": head.detach().clone(),
-                "adapter": {b: {f"{ours}.{t}": getattr(getattr(a, theirs), t).detach().clone()
-                                for ours, theirs in (("down", "down_proj"), ("up", "up_proj"))
-                                for t in ("weight", "bias")} for b, a in enumerate(net.backbone.cur_adapter)}}
+        return {"head": head.detach().clone(), "adapter": adapter_tensors(REFERENCE_NAMES, net.backbone.cur_adapter)}
 
     replay = ReplayedEpochs(saved["batches"], position, snapshot)
     optimizer = learner.get_optimizer(net.backbone)
