@@ -232,3 +232,27 @@ def test_reference_runs_take_the_values_of_their_crosscheck_configs(monkeypatch)
                                                                           tuna.margin)
     assert ref["use_orth"] == (tuna.orth_weight > 0) and ref["decay"] == (tuna.ca_mean_decay != "none")
     assert ref["ca_storage_efficient_method"] == tuna.stats and 5 * ref["batch_size"] == tuna.ca_per_class
+
+
+def test_hidelora_reference_run_takes_the_values_of_its_crosscheck_config(monkeypatch):
+    """Both of the reference's runs (the continual-LoRA TII model, then HiDe-LoRA) restate configs/crosscheck/
+    hidelora.yaml in the reference's argument names."""
+    monkeypatch.syspath_prepend(str(REPO / "bench" / "crosscheck"))
+    import hidelora_reference_run as run
+
+    c = load_config(REPO / "configs" / "crosscheck" / "hidelora.yaml").method
+    tii, lora, w = run.CONTINUAL, run.HIDELORA, c.wtp
+    assert c.tii_model == "continual_lora" and c.scale_lr_by_batch and tii["unscale_lr"] and lora["unscale_lr"]
+    assert (tii["epochs"], tii["batch_size"], tii["lr"], tii["slow_lr"], tii["lora_rank"], tii["clip_grad"]) == (
+        c.continual_lora.epochs, w.batch_size, c.continual_lora.lr, c.continual_lora.slow_lr, c.continual_lora.rank,
+        c.continual_lora.grad_clip)
+    assert tii["continual_type"] == ("slow_learner" if c.continual_lora.slow_first_task else "first_sl")
+    assert (tii["crct_epochs"], tii["ca_lr"], 5 * tii["batch_size"]) == (
+        c.continual_lora.align_epochs, c.continual_lora.align_lr, c.continual_lora.samples_per_class)
+    assert (lora["epochs"], lora["batch_size"], lora["lr"], lora["lora_rank"], lora["reg"], lora["lora_momentum"]) == (
+        w.epochs, w.batch_size, w.lr, c.rank, w.reg, w.momentum)
+    assert (lora["sched"], lora["warmup_epochs"], lora["warmup_lr"], lora["min_lr"], lora["clip_grad"]) == (
+        w.schedule, w.warmup_epochs, w.warmup_lr, w.min_lr, w.grad_clip)
+    assert (lora["crct_epochs"], lora["ca_lr"], 5 * lora["batch_size"], lora["n_centroids"]) == (
+        c.tap.epochs, c.tap.lr, c.tap.samples_per_class, c.stats.n_centroids)
+    assert lora["ca_storage_efficient_method"].replace("-", "_") == c.stats.kind

@@ -31,6 +31,30 @@ def test_samples_match_the_fitted_moments(kind):
     assert torch.equal(store.means([7]), x.double().mean(0).float()[None])
 
 
+def test_per_centroid_sampling_by_hand():
+    """Class 3: points 0, 0 | 10, 12 | 100 (1-D, three well-separated clusters, k = 3). The cluster {100} has one
+    member (variance 0) and is skipped; {0, 0} also has variance 0 and is skipped; {10, 12} (centroid 11, variance
+    1) gives all n samples: N(11, 1 + ridge). Class 5 (0, 2 | 50, 54 | 200) has two varied clusters: 2 n rows, n
+    from each, centred on 1 and 52."""
+    store = GaussianStore("multi_centroid", ridge=1e-4, n_centroids=3, seed=0, centroid_sampling="per_centroid")
+    store.add(3, torch.tensor([[0.0], [0.0], [10.0], [12.0], [100.0]]))
+    store.add(5, torch.tensor([[0.0], [2.0], [50.0], [54.0], [200.0]]))
+    feats, labels = store.sample([3, 5], 4000, torch.Generator().manual_seed(0))
+    assert labels.tolist() == [3] * 4000 + [5] * 8000
+    ours = feats[:4000, 0]
+    assert abs(float(ours.mean()) - 11.0) < 0.1 and abs(float(ours.var()) - (1.0 + 1e-4)) < 0.1
+    fives = sorted([float(feats[4000:8000, 0].mean()), float(feats[8000:, 0].mean())])
+    assert fives == pytest.approx([1.0, 52.0], abs=0.15)
+    again = GaussianStore.from_state_dict(store.state_dict())
+    assert again.centroid_sampling == "per_centroid"
+    lone = GaussianStore("multi_centroid", n_centroids=2, centroid_sampling="per_centroid")
+    lone.add(1, torch.tensor([[0.0], [9.0]]))
+    with pytest.raises(ValueError, match="no cluster with nonzero variance"):
+        lone.sample([1], 3, torch.Generator())
+    with pytest.raises(ValueError, match="unknown centroid sampling"):
+        GaussianStore("multi_centroid", centroid_sampling="uniform")
+
+
 def test_state_round_trip_and_errors():
     store = GaussianStore("variance")
     store.add(1, torch.randn(10, 3))

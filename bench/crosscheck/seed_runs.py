@@ -1,7 +1,8 @@
 """Whole runs of a cross-check, both sides side by side: ``python -m bench.crosscheck.seed_runs METHOD DIR``.
 
 DIR holds the reference's result files ``ref_<METHOD>_s<seed>.json`` (``pilot_runs_reference.py`` for ranpac, aper
-and ease; ``mos_reference_run.py``; ``slca_reference_run.py``; ``tuna_reference_run.py``) and norga's run folders ``norga_<METHOD>_s<seed>/``
+and ease; ``mos_reference_run.py``; ``slca_reference_run.py``; ``tuna_reference_run.py``;
+``hidelora_reference_run.py``) and norga's run folders ``norga_<METHOD>_s<seed>/``
 (``norga train --config configs/crosscheck/<METHOD>.yaml --set seed=<seed>``). Both sides' accuracy matrices are
 scored by :mod:`norga.reports.metrics`. Printed: a markdown table of FA, CA, FM (%) and the last row's per-task
 accuracies per seed and side, each side's mean FA with its 95% t interval, and the seed-paired FA difference
@@ -25,9 +26,11 @@ REFERENCE_ROWS = {
     "mos": ("matrix", 1.0),  # mos_reference_run: fractions
     "slca": ("acc_matrix", 1.0),  # slca_reference_run: fractions
     "tuna": ("acc_matrix", 1.0),  # tuna_reference_run: fractions
+    "hidelora": ("matrix", 0.01),  # hidelora_reference_run: %
 }
 SEEDS = {"ranpac": (1993, 1994, 1995), "aper": (1993, 1994, 1995), "ease": (1993, 1994, 1995),
-         "mos": (40, 41, 42, 43, 44, 45), "slca": (1993, 1996, 1997), "tuna": (1993, 1994, 1995, 1996, 1997, 1998)}
+         "mos": (40, 41, 42, 43, 44, 45), "slca": (1993, 1996, 1997), "tuna": (1993, 1994, 1995, 1996, 1997, 1998),
+         "hidelora": (42, 43, 44)}
 
 
 def as_s(after_rows: Sequence[Sequence[float]], unit: float = 1.0) -> List[list]:

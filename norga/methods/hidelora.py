@@ -5,20 +5,20 @@ Each block of ``lora_layers`` has its fused qkv wrapped (:class:`~norga.models.l
 while task t's LoRA is active projection p computes x W_p^T (+ b_p) + (alpha / r) x A_t[p]^T B_t[p]^T for every
 token state x (D,). Only one task's LoRA is active in a forward. ``learn_task(t, loaders)`` runs
 
-1. uninstructed statistics: Gaussians of the frozen features (N, D) of the task's classes;
-2. TII (:class:`~.hide_stages.HiDeStages`): TII head on the task, aligned on pseudo-features of all seen classes;
+1.-2. TII, by the learner ``tii_model`` names (:mod:`.hidelora_tii`): ``frozen_head`` (HiDe-Prompt's, shipped):
+   uninstructed statistics (Gaussians of the frozen features (N, D) of the task's classes), then the TII head on
+   the task, aligned on pseudo-features of all seen classes; ``continual_lora`` (the reference's): a shared LoRA
+   and a linear head trained on the task, statistics of its features, the head aligned;
 3. WTP: A_t, B_t (task 0: A ~ ``lora_init``, B = 0; later tasks: task t-1's factors) and psi trained on
    CE over the task's classes + reg * the contrastive regulariser against the old classes' prototypes (Adam,
    warm-up + cosine); then, for t > 0, A_t <- (1 - m) A_t + m mean(A_<t) and B_t likewise (``wtp.momentum``);
 4. instructed statistics: Gaussians of the features under the (mixed) LoRA_t;
 5. TAP: psi aligned on pseudo-features of all seen classes (tasks t > 0 in the reference).
 
-Prediction (per sample): frozen features -> TII -> task k -> features under LoRA_k -> psi (C logits).
+Prediction (per sample): TII -> task k -> features under LoRA_k -> psi (C logits).
 """
 from __future__ import annotations
 
-import math
-from contextlib import contextmanager
 from typing import Any, Dict, List, Optional
 
 import torch
@@ -27,60 +27,15 @@ from torch import Tensor, nn
 from ..models.lora_qkv import attach_lora_qkv, branch_state, load_branches
 from ..toolkit.feature_cache import FeatureCache, prompted_features
 from ..toolkit.gaussian import GaussianStore
-from ..toolkit.heads import TaskIdentityHead, init_linear_layers
+from ..toolkit.heads import init_linear_layers
 from ..toolkit.schedules import epoch_scheduler
 from ..toolkit.stages import REGULARISERS, extract_features
 from ..toolkit.training import Stage, cross_entropy_term, run_stage
 from . import register_method
 from .base import Method, Prediction, TaskLoaders, TestBatch, chosen_blocks
 from .hide_stages import HiDeStages
-
-
-class TaskLoRAModel(nn.Module):
-    """``model(x, k)``: features (B, D) of images x under task k's LoRA only (``k`` None: the frozen backbone).
-
-    The ``prompts`` argument of the prompt methods' feature helpers carries the task index here, so
-    :func:`~norga.toolkit.stages.extract_features` and :func:`~norga.toolkit.feature_cache.prompted_features` work
-    unchanged."""
-
-    def __init__(self, model: nn.Module, wrappers: nn.ModuleDict):
-        super().__init__()
-        self.model, self.wrappers, self.embed_dim = model, wrappers, model.embed_dim
-        self.activate(())
-
-    def activate(self, tasks) -> None:
-        """Apply the branches of ``tasks`` (indices) in every wrapper from now on; () is the frozen backbone."""
-        for w in self.wrappers.values():
-            w.active = tuple(tasks)
-
-    @contextmanager
-    def using(self, task: int):
-        """Within the block only task ``task``'s branches are applied; after it, none (the frozen backbone)."""
-        self.activate((task,))
-        try:
-            yield
-        finally:
-            self.activate(())
-
-    def forward(self, x: Tensor, task: Optional[int] = None) -> Tensor:
-        if task is None:
-            return self.model(x)
-        with self.using(int(task)):
-            return self.model(x)
-
-
-def mix_with_previous(factors: List[Tensor], momentum: float) -> Tensor:
-    """(1 - m) F_t + m mean(F_0..F_{t-1}) of one factor over tasks 0..t (``factors``: t + 1 tensors of one shape)."""
-    old = torch.stack(factors[:-1]).mean(dim=0)
-    return (1.0 - momentum) * factors[-1] + momentum * old
-
-
-def reference_down_init(down: Tensor) -> None:
-    """A (P, r, D) in place ~ U(-1/sqrt(r), 1/sqrt(r)): the reference's kaiming_uniform(a=sqrt(5)) of a (D, r)
-    tensor, whose fan-in is r."""
-    bound = 1.0 / math.sqrt(down.shape[1])
-    with torch.no_grad():
-        down.uniform_(-bound, bound)
+from .hidelora_parts import TaskLoRAModel, mix_with_previous, reference_down_init
+from .hidelora_tii import TII_MODELS, shared_weight_copy
 
 
 @register_method("hidelora")
@@ -92,17 +47,17 @@ class HiDeLoRA(HiDeStages, Method):
         c = self.c = cfg.method
         self.model = self.frozen_token_model(vit)
         self.layers = chosen_blocks(vit, c.lora_layers, "method.lora_layers")
+        view = shared_weight_copy(vit)  # before the task LoRAs wrap vit's blocks: the TII model's own tree
         self.wrappers = attach_lora_qkv(vit, self.layers, c.lora_targets).to(device)
         for wrapper in self.wrappers.values():
             wrapper.coefficients = self.scaling
         self.tuned = TaskLoRAModel(self.model, self.wrappers)
         dim = self.model.embed_dim
         self.head = init_linear_layers(nn.Linear(dim, self.num_classes), c.head_init).to(device)
-        tii_head = TaskIdentityHead(dim, self.num_classes, c.tii.mlp_ratios, c.tii.mlp_style)
-        self.tii_head = init_linear_layers(tii_head, c.head_init).to(device)
+        self.tii = TII_MODELS[c.tii_model](self, view)  # sets self.tii_head
         s = c.stats
-        self.uninstructed = GaussianStore(s.kind, s.ridge, s.n_centroids, cfg.seed)
-        self.instructed = GaussianStore(s.kind, s.ridge, s.n_centroids, cfg.seed)
+        self.uninstructed = GaussianStore(s.kind, s.ridge, s.n_centroids, cfg.seed, s.centroid_sampling)
+        self.instructed = GaussianStore(s.kind, s.ridge, s.n_centroids, cfg.seed, s.centroid_sampling)
 
     @property
     def train_batch_size(self) -> int:
@@ -115,9 +70,7 @@ class HiDeLoRA(HiDeStages, Method):
 
     # ---- the task -----------------------------------------------------
     def learn_task(self, task: int, loaders: TaskLoaders) -> None:
-        frozen, labels = self.frozen_pass(self.model, loaders.train_plain)
-        self._add_statistics(self.uninstructed, frozen, labels, task)
-        self._train_tii(task, loaders, frozen, labels)
+        labels = self.tii.learn(task, loaders)
         self._train_wtp(task, loaders)
         tuned, _ = extract_features(self.tuned, loaders.train_plain, self.device, task, "lora feats")
         self._add_statistics(self.instructed, tuned, labels, task)
@@ -197,8 +150,7 @@ class HiDeLoRA(HiDeStages, Method):
         """TII's task per sample, that task's LoRA, psi; a (sample, task LoRA) pair's features come from ``cache``
         after their first computation (a task's LoRA never changes once the task is learned)."""
         x, task, index, n = batch.images, batch.task, batch.index, batch.size
-        frozen = self.frozen_query(batch, cache)
-        tasks = self.tii_tasks(frozen, batch.seen)
+        tasks = self.tii.tasks(batch, cache)
         pick = lambda k, m: k  # noqa: E731 - the "prompt" of id k is the task index itself
         feats = prompted_features(self.tuned, x, index, tasks, pick, cache, task, n).to(self.device)
         true_feats = prompted_features(self.tuned, x, index, torch.full_like(tasks, task), pick, cache, task,
@@ -215,12 +167,13 @@ class HiDeLoRA(HiDeStages, Method):
         pick = lambda store: {k: v for k, v in store.state_dict()["stats"].items() if k in classes}  # noqa: E731
         return {"task": task, "branches": branch_state(self.wrappers), "head": self.head.state_dict(),
                 "tii_head": self.tii_head.state_dict(), "uninstructed_stats": pick(self.uninstructed),
-                "instructed_stats": pick(self.instructed)}
+                "instructed_stats": pick(self.instructed), **self.tii.state_dict()}
 
     def load_state_dict(self, state: Dict[str, Any], with_training_state: bool = True) -> None:
         load_branches(self.wrappers, state["branches"])
         self.head.load_state_dict(state["head"])
         self.tii_head.load_state_dict(state["tii_head"])
+        self.tii.load_state_dict(state)
         if with_training_state:
             self.uninstructed.stats.update({int(k): v for k, v in state["uninstructed_stats"].items()})
             self.instructed.stats.update({int(k): v for k, v in state["instructed_stats"].items()})
@@ -237,4 +190,4 @@ class HiDeLoRA(HiDeStages, Method):
     def summary(self) -> str:
         c = self.c
         return (f"method: hidelora (a LoRA per task on {'/'.join(c.lora_targets)} of blocks {self.layers}, rank "
-                f"{c.rank}, scale {c.alpha / c.rank:g}; TII on frozen features, TAP on {c.stats.kind} statistics)")
+                f"{c.rank}, scale {c.alpha / c.rank:g}; {self.tii.summary}, TAP on {c.stats.kind} statistics)")

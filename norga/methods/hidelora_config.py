@@ -66,6 +66,26 @@ class LoRAWTPConfig:
     grad_clip: Optional[float] = _f(2.0, gt=0.0)  # max gradient norm of LoRA + psi; reference: --clip-grad 2.0
 
 
+@dataclass
+class ContinualLoRAConfig:
+    """The reference's TII model (``tii_model: continual_lora``): a shared LoRA and a linear head trained on every
+    task, its classifier aligned. Values: configs/imr_continual_lora.py and the README's ``imr_continual_lora``
+    command of ivcylc/HiDe-PET (131f7ce), engines/continual_pet_engine.py, trainers/continual_lora_trainer.py."""
+
+    rank: int = _f(5, ge=1)  # r of the shared LoRA (scale alpha / r); README: --lora_rank 5
+    epochs: int = _f(50, ge=0)  # epochs per task (Adam, constant lr); README: --epochs 50
+    lr: float = _f(0.03, gt=0.0)  # head lr, x batch/256 under scale_lr_by_batch (batch: wtp.batch_size); README
+    slow_lr: float = _f(0.1, gt=0.0)  # the LoRA's lr / the head's; README: --slow_lr 0.1
+    # README: --continual_type first_sl (task 0's LoRA at the head's lr, later tasks slow); slow_learner: every task
+    slow_first_task: bool = _f(False)
+    grad_clip: Optional[float] = _f(2.0, gt=0.0)  # max norm of LoRA + head gradients; config: --clip-grad 2.0
+    align_epochs: int = _f(30, ge=0)  # classifier alignment after tasks t > 0; config: --crct_epochs 30
+    align_lr: float = _f(0.005, gt=0.0)  # SGD momentum 0.9, cosine, never scaled; README: --ca_lr 0.005
+    align_batch_size: int = _f(120, ge=1)  # num_sampled_pcls = 5 x --batch-size 24
+    samples_per_class: int = _f(120, ge=1)  # pseudo-features per class and epoch (the reference: per centroid)
+    align_batches: str = _f("old_classes", choices=("old_classes", "all"))  # reference: C_old batches per epoch
+
+
 @method_config("hidelora", module="norga.methods.hidelora")
 @dataclass
 class HiDeLoRAConfig(MethodConfig):
@@ -84,7 +104,11 @@ class HiDeLoRAConfig(MethodConfig):
     scale_lr_by_batch: bool = _f(True)  # TII, TII-alignment and WTP lr x batch / 256 (reference: unscale_lr=True)
     head_init: str = _f("trunc_normal", choices=("trunc_normal", "pytorch"))  # linear layers of both heads
     stats: LoRAStatsConfig = field(default_factory=LoRAStatsConfig)
+    # task-identity inference: frozen_head (HiDe-Prompt's TII stage on frozen features, ``tii.*``; the pipeline of
+    # HiDe-Prompt, shipped); continual_lora (the reference's --trained_original_model run, ``continual_lora.*``)
+    tii_model: str = _f("frozen_head", choices=("frozen_head", "continual_lora"))
     tii: TIIConfig = field(default_factory=TIIConfig)
+    continual_lora: ContinualLoRAConfig = field(default_factory=ContinualLoRAConfig)
     wtp: LoRAWTPConfig = field(default_factory=LoRAWTPConfig)
     tap: LoRATAPConfig = field(default_factory=LoRATAPConfig)
 

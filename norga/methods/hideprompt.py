@@ -58,8 +58,8 @@ class HiDePrompt(HiDeStages, PrefixMethod):
         tii_head = TaskIdentityHead(dim, self.num_classes, c.tii.mlp_ratios, c.tii.mlp_style)
         self.tii_head = init_linear_layers(tii_head, c.head_init).to(device)
         s = c.stats
-        self.uninstructed = GaussianStore(s.kind, s.ridge, s.n_centroids, cfg.seed)
-        self.instructed = GaussianStore(s.kind, s.ridge, s.n_centroids, cfg.seed)
+        self.uninstructed = GaussianStore(s.kind, s.ridge, s.n_centroids, cfg.seed, s.centroid_sampling)
+        self.instructed = GaussianStore(s.kind, s.ridge, s.n_centroids, cfg.seed, s.centroid_sampling)
         self.diagnostics: Dict[int, dict] = {}  # task -> hideprompt_diagnostics.task_diagnostics(...)
         # the last WTP, for the diagnostics: e_t before and after training (before write-back), per-epoch terms
         self.wtp_start: Optional[Tensor] = None

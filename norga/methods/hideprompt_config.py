@@ -22,6 +22,9 @@ class StatsConfig:
     kind: str = _f("covariance", choices=("covariance", "variance", "multi_centroid"))
     ridge: float = _f(1e-4, ge=0.0)  # added to the covariance diagonal (authors: 1e-4)
     n_centroids: int = _f(10, ge=1)  # centroids per class of kind multi_centroid
+    # multi_centroid sampling: by_weight (each sample's cluster drawn by its share); per_centroid (the HiDe codes:
+    # samples_per_class from every cluster of nonzero variance)
+    centroid_sampling: str = _f("by_weight", choices=("by_weight", "per_centroid"))
 
 
 @dataclass

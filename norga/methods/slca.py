@@ -59,7 +59,7 @@ class SLCA(Method):
         self.heads = TaskHeads(self.model.embed_dim, self.task_classes).to(device)
         self.aligned = copy.deepcopy(self.heads)
         s = self.c.stats
-        self.store = GaussianStore(s.kind, s.ridge, s.n_centroids, seed=cfg.seed)
+        self.store = GaussianStore(s.kind, s.ridge, s.n_centroids, seed=cfg.seed, centroid_sampling=s.centroid_sampling)
 
     @property
     def train_batch_size(self) -> int:
