@@ -47,14 +47,16 @@ class HiDeLoRA(HiDeStages, Method):
         c = self.c = cfg.method
         self.model = self.frozen_token_model(vit)
         self.layers = chosen_blocks(vit, c.lora_layers, "method.lora_layers")
-        view = shared_weight_copy(vit)  # before the task LoRAs wrap vit's blocks: the TII model's own tree
+        tii_model = TII_MODELS[c.tii_model]
+        # a TII model with LoRA of its own gets its own module tree of vit, taken before the task LoRAs wrap vit
+        view = shared_weight_copy(vit) if tii_model.own_backbone_view else None
         self.wrappers = attach_lora_qkv(vit, self.layers, c.lora_targets).to(device)
         for wrapper in self.wrappers.values():
             wrapper.coefficients = self.scaling
         self.tuned = TaskLoRAModel(self.model, self.wrappers)
         dim = self.model.embed_dim
         self.head = init_linear_layers(nn.Linear(dim, self.num_classes), c.head_init).to(device)
-        self.tii = TII_MODELS[c.tii_model](self, view)  # sets self.tii_head
+        self.tii = tii_model(self, view)  # sets self.tii_head
         s = c.stats
         self.uninstructed = GaussianStore(s.kind, s.ridge, s.n_centroids, cfg.seed, s.centroid_sampling)
         self.instructed = GaussianStore(s.kind, s.ridge, s.n_centroids, cfg.seed, s.centroid_sampling)

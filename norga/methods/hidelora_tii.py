@@ -12,8 +12,9 @@
   the head is aligned on pseudo-features of every seen class. A test image's task: the head's argmax over the seen
   classes, mapped to its task.
 
-A learner is built by the host :class:`~.hidelora.HiDeLoRA` (which sets ``host.tii_head``, the head a checkpoint
-saves as ``tii_head``) and offers ``learn(task, loaders) -> labels (N,)`` of ``loaders.train_plain``,
+A learner is built by the host :class:`~.hidelora.HiDeLoRA` as ``learner(host, view)`` (``view``: a
+:func:`shared_weight_copy` of the backbone taken before the task LoRAs wrap it, when the class sets
+``own_backbone_view``, else None); it sets ``host.tii_head`` (the head a checkpoint saves as ``tii_head``) and offers ``learn(task, loaders) -> labels (N,)`` of ``loaders.train_plain``,
 ``tasks(batch, cache) -> (B,)`` inferred task ids, and ``state_dict()`` / ``load_state_dict(state)`` of what it adds
 to the host's checkpoint.
 """
@@ -31,6 +32,7 @@ from ..toolkit.heads import TaskIdentityHead, init_linear_layers, masked_logits
 from ..toolkit.seeding import task_generator
 from ..toolkit.stages import align_head, extract_features
 from ..toolkit.training import Stage, cross_entropy_term, run_stage
+from .hidelora_parts import TaskLoRAModel, reference_down_init
 
 TII_MODELS: Dict[str, Callable] = {}
 
@@ -57,8 +59,9 @@ class FrozenHeadTII:
     ``host.uninstructed``."""
 
     summary = "TII on frozen features"
+    own_backbone_view = False
 
-    def __init__(self, host, vit: nn.Module):
+    def __init__(self, host, view=None):
         self.host = host
         c = host.c
         tii_head = TaskIdentityHead(host.model.embed_dim, host.num_classes, c.tii.mlp_ratios, c.tii.mlp_style)
@@ -88,13 +91,11 @@ class ContinualLoRATII:
     backbone and the linear head ``host.tii_head``; statistics of its features in ``host.uninstructed``."""
 
     summary = "TII by a shared continual LoRA"
+    own_backbone_view = True
 
-    def __init__(self, host, vit: nn.Module):
-        from .hidelora import TaskLoRAModel, reference_down_init  # the host's module imports this one
-
+    def __init__(self, host, view: nn.Module):
         self.host, c = host, host.c
         self.s = c.continual_lora
-        view = shared_weight_copy(vit)
         self.wrappers = attach_lora_qkv(view, host.layers, c.lora_targets).to(host.device)
         for wrapper in self.wrappers.values():
             wrapper.coefficients = self.scaling
