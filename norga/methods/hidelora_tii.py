@@ -14,9 +14,9 @@
 
 A learner is built by the host :class:`~.hidelora.HiDeLoRA` as ``learner(host, view)`` (``view``: a
 :func:`shared_weight_copy` of the backbone taken before the task LoRAs wrap it, when the class sets
-``own_backbone_view``, else None); it sets ``host.tii_head`` (the head a checkpoint saves as ``tii_head``) and offers ``learn(task, loaders) -> labels (N,)`` of ``loaders.train_plain``,
-``tasks(batch, cache) -> (B,)`` inferred task ids, and ``state_dict()`` / ``load_state_dict(state)`` of what it adds
-to the host's checkpoint.
+``own_backbone_view``, else None); it sets ``host.tii_head`` (the head a checkpoint saves as ``tii_head``) and
+offers ``learn(task, loaders) -> labels (N,)`` of ``loaders.train_plain``, ``tasks(batch, cache) -> (B,)`` inferred
+task ids, and ``state_dict()`` / ``load_state_dict(state)`` of what it adds to the host's checkpoint.
 """
 from __future__ import annotations
 
