@@ -27,7 +27,6 @@ task's final evaluation (row = after task t, column = task, %) and FA (%).
 """
 from __future__ import annotations
 
-import json
 import os
 import random
 import tempfile
@@ -40,7 +39,7 @@ from PIL import Image
 from torch.utils.data import DataLoader, Dataset
 
 from hidelora_reference_side import FREEZE  # run as a script: bench/crosscheck is on sys.path
-from reference_side import reference_args, reference_vit, run_options
+from reference_side import reference_args, reference_vit, run_options, write_result
 
 TASKS, PER_TASK, BATCH = 5, 10, 20
 COMMON = {"batch_size": BATCH, "epochs": 5, "opt": "adam", "opt_eps": 1e-8, "opt_betas": (0.9, 0.999),
@@ -187,8 +186,7 @@ def main(argv=None) -> int:
         matrix = run_hidelora(ref, state, data, args.seed, Path(scratch) / "tii", Path(scratch) / "hidelora")
     dist.destroy_process_group()
     result = {"seed": args.seed, "matrix": matrix, "tii_model_matrix": tii, "FA": float(np.mean(matrix[-1]))}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1))
+    write_result(args.out, result)
     print(f"FA {result['FA']:.1f} -> {args.out}")
     return 0
 

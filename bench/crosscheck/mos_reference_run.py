@@ -15,7 +15,6 @@ matrix (row = after task t, column = task) and FA (%).
 """
 from __future__ import annotations
 
-import json
 import random
 from pathlib import Path
 
@@ -25,7 +24,7 @@ from PIL import Image
 from torch.utils.data import Dataset
 
 from mos_reference_side import build_vit  # run as a script: bench/crosscheck is on sys.path
-from reference_side import reference_args, run_options, without_workers
+from reference_side import reference_args, run_options, without_workers, write_result
 
 TASKS, PER_TASK = 5, 10
 ARGS = {"init_lr": 0.03, "batch_size": 20, "weight_decay": 0.0005, "min_lr": 0, "optimizer": "sgd",
@@ -116,8 +115,7 @@ def main(argv=None) -> int:
     state = torch.load(args.saved / "norga_mos.pt", weights_only=False)["forward"]["state_dict"]
     result = run({"vit_mos": vit_mos, "Learner": Learner, "MOSNet": MOSNet}, state,
                  SmallTask(args.data, args.seed, cifar_recipe))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"seed": args.seed, **result}, indent=1))
+    write_result(args.out, {"seed": args.seed, **result})
     print(f"FA {result['FA']:.1f} -> {args.out}")
     return 0
 

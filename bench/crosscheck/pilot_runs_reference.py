@@ -19,7 +19,6 @@ memory: its data loaders' ``num_workers`` 8 -> 0, and those of the forward check
 from __future__ import annotations
 
 import importlib
-import json
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +26,7 @@ import torch
 from PIL import Image
 from torchvision import transforms as T
 
-from reference_side import reference_args
+from reference_side import reference_args, write_result
 
 EPOCHS, BATCH, TASKS, PER_TASK = 5, 20, 5, 10
 
@@ -123,8 +122,7 @@ def main(argv=None) -> int:
     matrix = accuracy_matrix(learner, data)
     final = matrix[-1]
     result = {"method": args.method, "seed": args.seed, "matrix": matrix, "FA": sum(final) / len(final)}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1))
+    write_result(args.out, result)
     print(f"{args.method} seed {args.seed}: FA {result['FA']:.2f}")
     return 0
 

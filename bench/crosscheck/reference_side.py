@@ -13,6 +13,7 @@ This file imports the reference checkout; it copies none of it.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from functools import partial
 from pathlib import Path
@@ -43,6 +44,12 @@ def run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", type=Path, required=True, help="the small task (bench.crosscheck.small_task)")
     p.add_argument("--seed", type=int, required=True)
     p.add_argument("--out", type=Path, required=True)
+
+
+def write_result(out: Path, result: dict) -> None:
+    """A whole reference run's result (``--out``): JSON, one level indented, its folder made if needed."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1))
 
 
 def without_workers(module) -> None:
