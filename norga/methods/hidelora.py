@@ -34,7 +34,7 @@ from ..toolkit.training import Stage, cross_entropy_term, run_stage
 from . import register_method
 from .base import Method, Prediction, TaskLoaders, TestBatch, chosen_blocks
 from .hide_stages import HiDeStages
-from .hidelora_parts import TaskLoRAModel, mix_with_previous, reference_down_init
+from .hidelora_parts import TaskLoRAModel, every_branch_scaled, mix_with_previous, reference_down_init
 from .hidelora_tii import TII_MODELS, shared_weight_copy
 
 
@@ -67,8 +67,7 @@ class HiDeLoRA(HiDeStages, Method):
 
     def scaling(self, wrapper) -> Tensor:
         """(n_branches, P) coefficients: alpha / r for every branch and projection."""
-        shape = (len(wrapper.branches), len(wrapper.targets))
-        return torch.full(shape, self.c.alpha / self.c.rank, device=wrapper.qkv.weight.device)
+        return every_branch_scaled(wrapper, self.c.alpha / self.c.rank)
 
     # ---- the task -----------------------------------------------------
     def learn_task(self, task: int, loaders: TaskLoaders) -> None:

@@ -43,6 +43,11 @@ class TaskLoRAModel(nn.Module):
             return self.model(x)
 
 
+def every_branch_scaled(wrapper, scale: float) -> Tensor:
+    """(n_branches, P) coefficients of a :class:`~norga.models.lora_qkv.LoRAQKV`, all ``scale`` (alpha / r)."""
+    return torch.full((len(wrapper.branches), len(wrapper.targets)), scale, device=wrapper.qkv.weight.device)
+
+
 def mix_with_previous(factors: List[Tensor], momentum: float) -> Tensor:
     """(1 - m) F_t + m mean(F_0..F_{t-1}) of one factor over tasks 0..t (``factors``: t + 1 tensors of one shape)."""
     old = torch.stack(factors[:-1]).mean(dim=0)

@@ -32,7 +32,7 @@ from ..toolkit.heads import TaskIdentityHead, init_linear_layers, masked_logits
 from ..toolkit.seeding import task_generator
 from ..toolkit.stages import align_head, extract_features
 from ..toolkit.training import Stage, cross_entropy_term, run_stage
-from .hidelora_parts import TaskLoRAModel, reference_down_init
+from .hidelora_parts import TaskLoRAModel, every_branch_scaled, reference_down_init
 
 TII_MODELS: Dict[str, Callable] = {}
 
@@ -108,7 +108,7 @@ class ContinualLoRATII:
 
     def scaling(self, wrapper) -> Tensor:
         """(1, P): alpha / r of the shared LoRA for every projection (the reference's ContinualLora: 1 / r)."""
-        return torch.full((1, len(wrapper.targets)), self.host.c.alpha / self.s.rank, device=wrapper.qkv.weight.device)
+        return every_branch_scaled(wrapper, self.host.c.alpha / self.s.rank)
 
     def lora_parameters(self) -> List[nn.Parameter]:
         return [p for w in self.wrappers.values() for p in w.branches[0].parameters()]
