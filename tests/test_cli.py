@@ -72,14 +72,14 @@ def test_summarize_is_delegated_lazily(capsys, monkeypatch):
         with pytest.raises(SystemExit) as done:
             norga(["summarize", "--help"])
         assert done.value.code == 0 and "summarize" in capsys.readouterr().out
-    monkeypatch.setitem(sys.modules, "norga.reports.summarize", None)  # as if the module were absent
+    monkeypatch.setitem(sys.modules, "norga.commands.summarize", None)  # as if the module were absent
     assert norga(["summarize", "runs/x"]) == 2
     assert "'norga summarize' is not available" in capsys.readouterr().err
 
 
 def _has_summarize() -> bool:
     try:
-        import norga.reports.summarize  # noqa: F401
+        import norga.commands.summarize  # noqa: F401
     except ImportError:
         return False
     return True
@@ -139,3 +139,37 @@ def test_eval_json_records_eval_time_not_fake_training_times(run_umask_027, tmp_
     assert all(s > 0 for s in evaluated["eval_seconds"])
     assert evaluated["acc_matrix"] == trained["acc_matrix"]
     assert "3 of 3 tasks evaluated" in capsys.readouterr().out
+
+
+# ---- issue #66: one boundary for every command ------------------------------------------------------------------
+def test_help_names_every_command(capsys):
+    with pytest.raises(SystemExit) as done:
+        norga(["--help"])
+    out = capsys.readouterr().out
+    description = out.split("\n\n")[1]  # the paragraph after the usage
+    assert done.value.code == 0
+    for name in ("train", "eval", "export", "summarize", "reproduce", "routes", "doctor", "data", "configs", "list"):
+        assert name in description.replace("|", " ").split(), name
+        assert f"    {name}" in out, name  # its line in the list of commands
+
+
+COMMANDS = {"train": ["train", "--config", "smoke"], "eval": ["eval", "--run", "runs/x"],
+            "export": ["export", "--run", "runs/x", "--out", "x"], "summarize": ["summarize", "runs/x"],
+            "configs": ["configs"], "data": ["data", "list"], "reproduce": ["reproduce", "--dry-run"],
+            "routes": ["routes", "--run", "runs/x"], "doctor": ["doctor"], "list": ["list"]}
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_every_command_runs_inside_the_boundary(name, monkeypatch):
+    import norga.commands.cli as cli
+    import norga.commands.guard as guard
+
+    entered = []
+
+    def recording(action, on_interrupt, on_failure=None):
+        entered.append(action)
+        return 0
+
+    monkeypatch.setattr(guard, "guarded", recording)
+    monkeypatch.setattr(cli, "guarded", recording)
+    assert norga(COMMANDS[name]) == 0 and len(entered) == 1, name

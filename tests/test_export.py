@@ -1,5 +1,6 @@
 """norga export / norga eval --from: an export folder alone reproduces the run's accuracy matrices (every
-registered method, trained once per method from its smoke config); --out must be new; --push without a token."""
+registered method, trained once per method from its smoke config); its manifest lists every file; --out must be
+new; --push without a token; a malformed state skeleton is one ExportError naming the file."""
 from __future__ import annotations
 
 import json
@@ -11,7 +12,7 @@ from safetensors.torch import load_file
 from norga.commands.cli import main as norga
 from norga.config import load_config, method_configs
 from norga.engine import run_training
-from norga.engine.export import join_state, split_state
+from norga.engine.export import ExportError, join_state, split_state
 from test_contract import smoke_config
 
 METHODS = sorted(method_configs())
@@ -50,6 +51,10 @@ def test_export_holds_tensors_config_metrics_and_card(exported):
     assert tensors and all(isinstance(t, torch.Tensor) for t in tensors.values())
     card = (export / "README.md").read_text()
     assert f"{metrics['FA']:.4f}" in card and "norga eval --from" in card
+    assert f"tasks trained | {metrics['num_tasks']} of {metrics['num_tasks']}" in card
+    manifest = json.loads((export / "norga-export.json").read_text())  # written last: every other file listed
+    present = {p.relative_to(export).as_posix() for p in export.rglob("*") if p.is_file()}
+    assert manifest["complete"] is True and set(manifest["files"]) == present - {"norga-export.json", "eval.json"}
 
 
 @pytest.mark.integration
@@ -71,3 +76,10 @@ def test_state_split_and_join_round_trip():
     back = join_state(json.loads(json.dumps(split_state(state, tensors))), tensors)
     assert back.keys() == state.keys() and back[3][1] == (1, "x", None) and back["n"]["m"] == 0.5
     assert torch.equal(back["a"], state["a"]) and torch.equal(back["n"]["t"], state["n"]["t"])
+
+
+@pytest.mark.parametrize("skeleton", [{"__tensor__": "t9"}, {"__dict__": [[1]]}, {"__tensor__": "t0", "x": 1},
+                                      {"__set__": []}, {"__dict__": [[[1], 2]]}])
+def test_a_malformed_state_skeleton_is_an_export_error_naming_the_file(skeleton):
+    with pytest.raises(ExportError, match="state/task_00.json"):
+        join_state(skeleton, {"t0": torch.ones(1)}, "state/task_00.json")

@@ -218,7 +218,7 @@ def test_routes_figure_axes_fit_the_blocks_and_the_bins(tmp_path, monkeypatch):
     from norga.engine import route_report
 
     drawn = {}
-    monkeypatch.setattr(route_report, "save_png", lambda fig, path: drawn.setdefault("fig", fig))
+    monkeypatch.setattr(route_report, "save_png", lambda fig, path, *where: drawn.setdefault("fig", fig))
     layer = {kind: {"n_eff": n} for kind, n in (("path_wise", 3.0), ("route_wise", 4.0))}
     bins = [{"n_eff_min": 2.0, "n_eff_max": 6.0, "delta_loss": -0.1, "delta_loss_se": float("nan")},
             {"n_eff_min": 6.5, "n_eff_max": 13.0, "delta_loss": 0.2, "delta_loss_se": 0.05}]

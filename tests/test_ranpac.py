@@ -17,7 +17,7 @@ from norga.config import ConfigError, load_config
 from norga.engine import evaluate_run, run_training
 from norga.methods.base import TestBatch as Batch
 from norga.methods.adapter_stage import TunedView
-from norga.methods.ranpac import random_features, ridge_solve, select_ridge
+from norga.methods.ranpac import random_features, ridge_family, ridge_solve, select_ridge
 from norga.models.adapters import wrappers
 from norga.toolkit.stages import extract_features
 
@@ -106,6 +106,34 @@ def test_select_ridge_by_hand():
     assert expected == 100.0  # the fitting part alone would want the least ridge
     y_line = h.clone()
     assert select_ridge(h, y_line, ridges, 0.2, torch.Generator().manual_seed(6)) == 1e-8
+
+
+def _select_by_solves(h, y, ridges, val_fraction, generator):
+    """The λ choice as it was before ridge_family: one (M, M) linear solve per candidate."""
+    order = torch.randperm(h.shape[0], generator=generator)
+    n_fit = int(h.shape[0] * (1.0 - val_fraction))
+    fit, val = order[:n_fit], order[n_fit:]
+    gram, targets = h[fit].T @ h[fit], h[fit].T @ y[fit]
+    losses = [(h[val] @ ridge_solve(gram, targets, r) - y[val]).pow(2).mean().item() for r in ridges]
+    return ridges[losses.index(min(losses))]
+
+
+@pytest.mark.parametrize("n,m", [(40, 200), (300, 30)])  # kernel side (N < M) and Gram side (N >= M)
+def test_one_eigendecomposition_equals_a_solve_per_ridge(n, m):
+    """W_λ from one decomposition = torch.linalg.solve((HᵀH + λI), HᵀY) for every λ, and the same λ wins."""
+    gen = torch.Generator().manual_seed(n)
+    h = torch.relu(torch.randn(n, m, generator=gen, dtype=torch.float64))
+    y = torch.nn.functional.one_hot(torch.randint(0, 5, (n,), generator=gen), 5).double()
+    e, left, right = ridge_family(h, y)
+    assert left.shape == (m, min(n, m)) and right.shape == (min(n, m), 5)
+    eye = torch.eye(m, dtype=torch.float64)
+    for ridge in (1e-2, 1.0, 1e2, 1e4):
+        solved = torch.linalg.solve(h.T @ h + ridge * eye, h.T @ y)
+        assert torch.allclose((left / (e + ridge)) @ right, solved, rtol=1e-9, atol=1e-12)
+    ridges = [10.0 ** k for k in range(-8, 9)]
+    for seed in range(5):
+        chosen = select_ridge(h, y, ridges, 0.2, torch.Generator().manual_seed(seed))
+        assert chosen == _select_by_solves(h, y, ridges, 0.2, torch.Generator().manual_seed(seed))
 
 
 def test_projection_is_fixed_across_tasks_and_resume(ranpac_run, tmp_path):

@@ -108,7 +108,7 @@ def output_folder_cases(tmp: Path, runs) -> Dict[str, Tuple[List[str], Path, Lis
         "routes of a folder that is no run": (["routes", "--run", str(with_plot)], with_plot,
                                               ["not a norga run folder"]),
         "summarize --out holds the user's summary.md": (["summarize", str(runs["a"]), "--out", str(my_summary)],
-                                                        my_summary, ["summary.md not written by norga summarize"]),
+                                                        my_summary, ["summary.md exists and norga did not write it"]),
     }
 
 
@@ -164,7 +164,7 @@ def checkpoint_cases(tmp: Path, runs) -> Dict[str, Tuple[List[str], Path, List[s
                                                        "--set", "seed=1"], user_output, ["['seed']", "--set"]),
         "eval --output is the user's file": (["eval", "--run", str(user_output), "--output",
                                               str(user_output / "mine.json")], user_output,
-                                             ["was not written by norga eval", "--output"]),
+                                             ["where this command writes only eval.json", "--output"]),
         "4: foreign task_01.pt, train --set seed=1": (["train", *train_args(foreign, "--set", "seed=1")], foreign,
                                                        ["task_01.pt (task 1) belongs to another run"]),
         "4: foreign task_02.pt, eval": (["eval", "--run", str(foreign_eval)], foreign_eval,
@@ -273,5 +273,5 @@ def test_summarize_replaces_only_its_own_outputs(runs, tmp_path, capsys):
     (out / "summary.csv").write_text("my own table\n")
     before = tree(out)
     status, _, err = cli(capsys, "summarize", str(runs["a"]), str(runs["b"]), "--out", str(out))
-    assert_one_line_error(status, err, "not written by norga summarize")
+    assert_one_line_error(status, err, "summary.csv exists and norga did not write it (or it was edited since)")
     assert tree(out) == before

@@ -112,12 +112,16 @@ def test_norga_configs_copy_writes_a_config_that_reads_as_the_shipped_one(instal
         assert read_config_file(written[0]) == read_config_file(installed / f"{name}.yaml"), name
     mine = tmp_path / "mine"
     assert norga(["configs", "copy", "smoke/l2p", str(mine)]) == 0
-    assert sorted(p.name for p in mine.iterdir()) == ["l2p.yaml", "smoke.yaml"]
+    assert sorted(p.name for p in mine.iterdir()) == [".norga-written.json", "l2p.yaml", "smoke.yaml"]
     assert load_config(mine / "l2p.yaml") == load_config("smoke/l2p")
     (mine / "l2p.yaml").write_text("# edited\nbase: smoke.yaml\nseed: 5\n")
     capsys.readouterr()
-    assert norga(["configs", "copy", "smoke/l2p", str(mine)]) == 2  # never overwrites an edited file silently
-    assert "--force" in capsys.readouterr().err and load_config(mine / "l2p.yaml").seed == 5
+    for extra in ([], ["--force"]):  # an edited copy is never replaced, not even with --force
+        assert norga(["configs", "copy", "smoke/l2p", str(mine), *extra]) == 2
+        assert "edited since" in capsys.readouterr().err and load_config(mine / "l2p.yaml").seed == 5
+    (mine / "l2p.yaml").unlink()
+    assert norga(["configs", "copy", "smoke/l2p", str(mine)]) == 2  # smoke.yaml: the earlier, unedited copy
+    assert "--force" in capsys.readouterr().err
     assert norga(["configs", "copy", "smoke/l2p", str(mine), "--force"]) == 0
     assert load_config(mine / "l2p.yaml") == load_config("smoke/l2p")
 

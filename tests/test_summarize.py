@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from norga.config import Config, config_to_dict
-from norga.reports.summarize import group_name, main
+from norga.commands.summarize import group_name, main
 
 REPO = Path(__file__).resolve().parents[1]
 T975_DF2 = 4.302652729749462  # Student t quantile 0.975, 2 degrees of freedom (tables: 4.303)
@@ -188,7 +188,7 @@ def test_intervals_past_the_metric_range_are_clipped_and_explained(tmp_path, cap
 
 def test_module_entry_point(runs):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    result = subprocess.run([sys.executable, "-m", "norga.reports.summarize", *map(str, runs[0])], capture_output=True,
+    result = subprocess.run([sys.executable, "-m", "norga.commands.summarize", *map(str, runs[0])], capture_output=True,
                             text=True, env=env, timeout=120)
     assert result.returncode == 0, result.stderr
     assert "FA 60.00 ± 10.00" in result.stdout

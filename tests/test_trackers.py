@@ -116,3 +116,107 @@ def test_interrupted_run_ends_the_mlflow_run_killed(tmp_path, monkeypatch):
     run = mlflow.MlflowClient().get_run(run_id)
     assert run.info.status == "KILLED" and run.data.tags["norga.status"] == "interrupted"
     assert json.loads((tmp_path / "run" / "metrics.json").read_text())["status"] == "interrupted"
+
+
+def _no_mlflow_env(monkeypatch):
+    for name in ("MLFLOW_TRACKING_URI", "MLFLOW_ALLOW_FILE_STORE", "MLFLOW_EXPERIMENT_NAME"):
+        monkeypatch.delenv(name, raising=False)  # restored (removed) after the test, also if norga set it
+
+
+def test_mlflow_needs_no_configuration_and_resumes_in_the_run_folder(tmp_path, monkeypatch):
+    """No MLFLOW_TRACKING_URI, no MLFLOW_ALLOW_FILE_STORE: the run logs into DIR/mlruns (said in log.txt), writes
+    nothing in the working directory, and a resumed copy continues the same MLflow run in its own mlruns/."""
+    mlflow = pytest.importorskip("mlflow")
+    from norga.commands.cli import main as norga
+
+    _no_mlflow_env(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    run = tmp_path / "run"
+    assert norga(["train", *train_args(run), "--set", "logging.trackers=[mlflow]"]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # no ./mlruns, no ./mlflow.db
+    assert f"mlflow: no MLFLOW_TRACKING_URI: logging to the file store {run.resolve() / 'mlruns'}" in (
+        run / "log.txt").read_text()
+    run_id = json.loads((run / "trackers.json").read_text())["mlflow"]["run_id"]
+    client = mlflow.MlflowClient(tracking_uri=(run / "mlruns").resolve().as_uri())
+    assert client.get_run(run_id).info.status == "FINISHED"
+    assert client.get_experiment_by_name("norga") is not None
+
+    resumed = copy_run(run, tmp_path / "resumed", tasks=2)
+    assert norga(["train", *train_args(resumed), "--set", "logging.trackers=[mlflow]"]) == 0
+    client = mlflow.MlflowClient(tracking_uri=(resumed / "mlruns").resolve().as_uri())
+    assert sorted(m.step for m in client.get_metric_history(run_id, "acc_row.task_00")) == [0, 1, 2, 2]
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]  # closed again when the block ends: connections are refused
+
+
+def test_unreachable_mlflow_server_is_one_line_at_once(monkeypatch):
+    """A closed loopback port fails before anything is built, in one line naming the URI, the timeout and both
+    ways out (instead of MLflow's minutes of retries)."""
+    import time
+
+    pytest.importorskip("mlflow")
+    uri = f"http://127.0.0.1:{_closed_port()}"
+    _no_mlflow_env(monkeypatch)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    start = time.monotonic()
+    with pytest.raises(ConfigError) as err:
+        check_trackers(["mlflow"])
+    message = str(err.value)
+    assert time.monotonic() - start < 5.0 and "\n" not in message
+    for part in (f"MLFLOW_TRACKING_URI={uri} ", "within 5 s", "unset MLFLOW_TRACKING_URI", "remove mlflow"):
+        assert part in message
+
+
+def test_reachability_check_listens_for_the_server_or_its_proxy(monkeypatch):
+    """A listening port passes; with a proxy set the proxy is what must answer; a timeout says so."""
+    import socket
+
+    from norga.toolkit.trackers.mlflow import unreachable
+
+    for name in ("http_proxy", "HTTP_PROXY", "no_proxy", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    closed = f"http://127.0.0.1:{_closed_port()}"
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+        port = server.getsockname()[1]
+        assert unreachable(f"http://127.0.0.1:{port}/") is None
+        assert "Connection refused" in unreachable(closed)
+        monkeypatch.setenv("http_proxy", f"http://127.0.0.1:{port}")
+        assert unreachable(closed) is None  # the proxy answers for it
+    monkeypatch.delenv("http_proxy")
+
+    def silent(*args, **kwargs):
+        raise socket.timeout("timed out")
+
+    monkeypatch.setattr(socket, "create_connection", silent)
+    assert "within 0.5 s (no answer)" in unreachable(closed, timeout=0.5)
+
+
+def test_database_store_without_sqlalchemy_is_one_line(monkeypatch):
+    import importlib.util
+
+    pytest.importorskip("mlflow")
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "sqlalchemy" else real(name, *a))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:///mlflow.db")
+    with pytest.raises(ConfigError, match="pip install mlflow.*unset MLFLOW_TRACKING_URI"):
+        check_trackers(["mlflow"])
+
+
+def test_resuming_from_a_store_without_the_run_is_one_line(tmp_path, monkeypatch):
+    """trackers.json names an MLflow run the store in use does not hold (e.g. the run started on a server)."""
+    pytest.importorskip("mlflow")
+    _no_mlflow_env(monkeypatch)
+    (tmp_path / "trackers.json").write_text(json.dumps({"mlflow": {"run_id": "0" * 32}}))
+    with pytest.raises(ConfigError) as err:
+        trackers_mod.open_trackers(tmp_path, ["mlflow"], {})
+    assert "\n" not in str(err.value)
+    for part in ("0" * 32, "is not in file://", "set MLFLOW_TRACKING_URI to the store the run started in"):
+        assert part in str(err.value)

@@ -125,12 +125,12 @@ def test_prepare_offline_without_root_prints_the_configs_layout(tmp_path, monkey
 
 
 def test_a_failed_download_is_one_grammatical_line(tmp_path, monkeypatch, capsys):
-    import norga.data.prepare as prepare
+    import norga.data.archives as archives
 
     def offline(urls, local, progress):
         raise OSError("network unreachable")
 
-    monkeypatch.setattr(prepare, "download", offline)
+    monkeypatch.setattr(archives, "download", offline)
     status, _, err = cli(capsys, "data", "prepare", "cifar100", "--root", str(tmp_path), "--no-progress")
     line = assert_one_line_error(status, err, "cifar-100-python.tar.gz could not be downloaded (network unreachable)")
     assert " is could " not in line
@@ -165,3 +165,81 @@ def test_doctor_needs_no_second_command_for_a_default_build():
 
     [problem] = version_problems({"torch": "2.5.1", "torchvision": "0.19.0", "timm": "1.0"})
     assert problem.endswith("pip install --force-reinstall --no-deps 'torchvision==0.20.*'")
+
+
+# ---- issue #66: messages that misled ------------------------------------------------------------------------------
+def test_a_dry_run_on_a_gpu_that_is_not_there_fails(tmp_path, capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    status, out, err = cli(capsys, "train", *train_args(tmp_path / "run", "--set", "device=cuda", "--dry-run", "quick"))
+    assert_one_line_error(status, err, "device: 'cuda' requested but CUDA is not available", "device=cpu")
+    assert "dry run OK" not in out and not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("argv, option", [(["train", "--config", "smoke", "--output-dir", ""], "--output-dir"),
+                                          (["eval", "--run", "runs/x", "--output", ""], "--output")])
+def test_an_empty_output_option_is_named_not_blamed_on_dot(argv, option, capsys):
+    with pytest.raises(SystemExit) as done:
+        norga(argv)
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and f"argument {option}: " in err and "must not be empty" in err
+    assert "Traceback" not in err and " . " not in err
+
+
+def test_an_empty_config_is_named(capsys):
+    status, _, err = cli(capsys, "train", "--config", "")
+    line = assert_one_line_error(status, err, "--config is empty", "norga configs lists them")
+    assert "folder" not in line and " . " not in line
+
+
+def test_eval_of_a_file_says_it_is_a_file_not_a_run_folder(tmp_path, capsys):
+    (tmp_path / "metrics.json").write_text("{}")
+    status, _, err = cli(capsys, "eval", "--run", str(tmp_path / "metrics.json"))
+    line = assert_one_line_error(status, err, "is a file, not a run folder", "--output-dir")
+    assert "not found" not in line
+
+
+def test_a_foreign_norga_run_json_is_named(tmp_path, capsys):
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "norga-run.json").write_text(json.dumps({"name": "my web app", "version": 3}))
+    before = (run / "norga-run.json").read_bytes()
+    for command in ("eval", "routes", "export"):
+        extra = ["--out", str(tmp_path / "export")] if command == "export" else []
+        status, _, err = cli(capsys, command, "--run", str(run), *extra)
+        line = assert_one_line_error(status, err, f"{run / 'norga-run.json'} is not norga's run marker")
+        assert "no norga-run.json" not in line and "checkpoint" not in line
+    assert (run / "norga-run.json").read_bytes() == before and not (tmp_path / "export").exists()
+
+
+def test_tensorboard_missing_names_its_own_fix(tmp_path, monkeypatch, capsys):
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "tensorboard" else
+                        find_spec(name, *a))
+    status, _, err = cli(capsys, "train", *train_args(tmp_path / "run", "--set", "logging.tensorboard=true"))
+    line = assert_one_line_error(status, err, 'pip install "norga[tensorboard]"', "set logging.tensorboard=false")
+    assert "logging.trackers" not in line and not (tmp_path / "run").exists()
+
+
+def test_a_shipped_name_beside_a_local_file_says_which_file_was_read(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "smoke.yaml").write_text("base: nowhere.yaml\n")
+    (tmp_path / "taken").write_text("a file where the run folder would go\n")
+    status, _, err = cli(capsys, "train", "--config", "smoke", "--output-dir", "taken")
+    assert_one_line_error(status, err, "taken exists and is not a folder")  # the shipped smoke was read
+    [note] = [line for line in err.splitlines() if line.startswith("note:")]
+    assert "reads the shipped config" in note and "--config smoke.yaml" in note
+    status, _, err = cli(capsys, "train", "--config", "smoke.yaml", "--output-dir", "taken")
+    assert_one_line_error(status, err, "base config not found")  # the local file, as asked
+    assert "note:" not in err
+
+
+@pytest.mark.integration
+def test_summarize_refuses_the_same_runs_on_both_sides(finished, tmp_path, capsys):
+    status, out, err = cli(capsys, "summarize", str(finished), "--vs", str(finished))
+    assert_one_line_error(status, err, "--vs names run folders of the first group too", str(finished))
+    assert out == ""

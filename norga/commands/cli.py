@@ -1,7 +1,7 @@
-"""The ``norga`` command: ``norga train | eval | summarize | reproduce | routes | doctor | data | configs | list``
-and ``norga --version``.
+"""The ``norga`` command: ``norga train | eval | export | summarize | reproduce | routes | doctor | data | configs |
+list`` and ``norga --version``.
 
-    norga train --config configs/smoke.yaml --output-dir runs/smoke [--set method.wtp.epochs=3 ...] [--dry-run] [--force]
+    norga train --config smoke --output-dir runs/smoke [--set method.wtp.epochs=3 ...] [--dry-run] [--force]
     norga eval --run runs/smoke [--output eval.json]
     norga export --run runs/smoke --out export/ [--push ORG/NAME]   # then: norga eval --from export/
     norga summarize runs/a_s42 runs/a_s43 [--vs runs/b_s42 runs/b_s43] [--out DIR]
@@ -12,17 +12,16 @@ and ``norga --version``.
     norga configs [show NAME | copy NAME DIR]   # the shipped configs (--config takes a file or a shipped NAME)
     norga list
 
-``train.py`` and ``eval.py`` are thin wrappers around :func:`train_main` and
-:func:`eval_main`. Failure behaviour (README "Failure behaviour"): every problem
-the user can fix is one line ``error: ...`` on stderr and exit status 2, with
-no traceback; a run stopped because training diverged exits with status 3 (its
-folder says ``status: failed``); Ctrl-C (or SIGTERM) stops with one line saying
-how to resume, exit status 130. The config is read and checked before torch and timm are
-imported, so a config mistake costs a fraction of a second.
+``train.py`` and ``eval.py`` are thin wrappers around :func:`train_main` and :func:`eval_main`. Every command
+runs inside one error boundary (:func:`norga.commands.guard.guarded`, docs/failure-behaviour.md): a problem the
+user can fix is one line ``error: ...`` on stderr, exit status 2, no traceback (a diverged run: 3, its folder says
+``status: failed``; Ctrl-C or SIGTERM: one line saying how to resume, 130), and a failed command leaves nothing
+half-created. The config is read and checked before torch and timm are imported.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from pathlib import Path
@@ -32,11 +31,13 @@ from .._version import __version__
 from ..config import ConfigError, load_config
 from ..config.origins import resolved_lines
 from .environment import check_environment
+from ..config.shipped import shadow_note
 from ..errors import NorgaError
-from .guard import INTERRUPTED, close_progress_bars, guarded, user_error  # noqa: F401 - the command-line contract
+from ..outputs import OUTPUT_FOLDER, make_output_folder
+from .guard import INTERRUPTED, NewRunFolder, close_progress_bars, guarded, user_error  # noqa: F401 - the contract
 from .eval_command import add_eval_arguments, eval_main, run_eval  # noqa: F401 - eval.py, tests
 from .export_command import add_export_arguments, run_export
-from .preflight import config_problems, doctor_main
+from .preflight import config_problems, doctor_main, run_folder_problem
 
 
 # ---- train ----------------------------------------------------------------
@@ -44,7 +45,8 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", required=True, metavar="FILE|NAME",
                         help="a YAML file, or the name of a shipped config (norga configs lists them), e.g. smoke, "
                              "cifar100_norga, smoke/l2p; a name that is also an existing file is read as the file")
-    parser.add_argument("--output-dir", default=None, help="run folder (default: runs/<config name>)")
+    parser.add_argument("--output-dir", type=OUTPUT_FOLDER, default=None,
+                        help="run folder (default: runs/<config name>)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config value, e.g. --set method.wtp.epochs=3 (repeatable)")
     parser.add_argument("--dry-run", nargs="?", const="full", default=None, choices=("full", "quick"),
@@ -53,7 +55,7 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--force", action="store_true", help="resume even if the config changed")
     parser.add_argument("--print-config", action="store_true",
                         help="first print the resolved config, each value with its origin (norga configs resolve)")
-    parser.add_argument("--feature-cache", type=Path, default=None, metavar="DIR",
+    parser.add_argument("--feature-cache", type=OUTPUT_FOLDER, default=None, metavar="DIR",
                         help="keep frozen features of un-augmented images in DIR and reuse them across tasks, runs "
                              "and seeds (same numbers; docs/feature-store.md); default: off")
 
@@ -67,12 +69,27 @@ def _precheck(cfg, out: Path) -> None:
         raise ConfigError(f"{len(problems)} problems: " + "; ".join(f"({i}) {p}" for i, p in enumerate(problems, 1)))
 
 
+def output_dir(args: argparse.Namespace) -> Path:
+    """The run folder of ``norga train``: ``--output-dir``, else ``runs/<config name>``."""
+    return Path(args.output_dir or Path("runs") / Path(args.config).stem)
+
+
 def run_train(args: argparse.Namespace) -> int:
+    if not str(args.config).strip():
+        raise ConfigError("--config is empty; give a YAML file or the name of a shipped config (norga configs "
+                          "lists them)")
     cfg = load_config(args.config, args.overrides)  # before torch is imported
+    note = shadow_note(args.config)
+    if note and os.environ.get("RANK", "0") == "0":  # torchrun: once
+        print(note, file=sys.stderr)
     if args.print_config:
         print("\n".join(resolved_lines(args.config, args.overrides)), flush=True)
-    out = Path(args.output_dir or Path("runs") / Path(args.config).stem)
+    out = output_dir(args)
     _precheck(cfg, out)
+    if args.feature_cache is not None:  # before the run folder exists: a refused store leaves nothing behind
+        from ..toolkit.store_folder import check_store
+
+        check_store(args.feature_cache)
     check_environment()  # torch / torchvision / timm importable and paired: one line naming the fix otherwise
     from ..engine import dry_run, run_training  # torch, timm
 
@@ -82,6 +99,7 @@ def run_train(args: argparse.Namespace) -> int:
             print(report)
             print("dry run OK: config, data, weights and checkpoint are usable")
         return 0
+    make_output_folder(out, "--output-dir")  # remembered: a failed run leaves no empty folders behind
     m = run_training(cfg, out, force=args.force, feature_cache=args.feature_cache, config_file=args.config)
     if not _main_process():
         return 0
@@ -98,7 +116,7 @@ def _main_process() -> bool:
 
 
 def _resume_hint(args: argparse.Namespace) -> str:
-    out = Path(args.output_dir or Path("runs") / Path(args.config).stem)
+    out = output_dir(args)
     if args.dry_run or not out.is_dir():
         return "nothing was saved"
     from ..engine.run_folder import RunDir
@@ -116,7 +134,24 @@ def train_main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="norga train", description="Train (or resume) a class-incremental run.")
     add_train_arguments(parser)
     args = parser.parse_args(argv)
-    return guarded(lambda: run_train(args), lambda: _resume_hint(args))
+    return train_guarded(args)
+
+
+def train_guarded(args: argparse.Namespace) -> int:
+    """``norga train`` inside the boundary: a run folder it creates is removed again if training fails before a
+    task is completed (a diverged run's folder stays: it says ``status: failed``)."""
+    folder = NewRunFolder(output_dir(args))
+    return guarded(lambda: run_train(args), lambda: _resume_hint(args), folder.discard)
+
+
+def checked_run(args: argparse.Namespace) -> argparse.Namespace:
+    """``args`` once its ``--run`` folder (eval, export, routes) is known to be a folder with a readable marker."""
+    if getattr(args, "run", None) is not None:
+        check_environment()  # the run folder's rules live in the engine (torch)
+        problem = run_folder_problem(args.run)
+        if problem:
+            raise NorgaError(problem)
+    return args
 
 
 # ---- routes ----------------------------------------------------------------------
@@ -134,15 +169,15 @@ def run_routes(args: argparse.Namespace) -> int:
 
 # ---- summarize, list ------------------------------------------------------------
 def summarize_main(argv: Sequence[str]) -> int:
-    """``norga summarize``: delegated to :mod:`norga.reports.summarize` (imported only now)."""
+    """``norga summarize``: delegated to :mod:`norga.commands.summarize` (imported only now)."""
     import importlib
 
     try:
-        summarize = importlib.import_module("norga.reports.summarize")
+        summarize = importlib.import_module("norga.commands.summarize")
     except ModuleNotFoundError as err:
-        if err.name not in ("norga.reports.summarize", "norga.reports.summary_stats"):
+        if err.name not in ("norga.commands.summarize", "norga.reports.summary_stats"):
             raise
-        print("error: 'norga summarize' is not available in this installation (module norga.reports.summarize is "
+        print("error: 'norga summarize' is not available in this installation (module norga.commands.summarize is "
               "missing); update norga", file=sys.stderr)
         return 2
     return guarded(lambda: summarize.main(list(argv)), lambda: "nothing was written")
@@ -208,8 +243,19 @@ def configs_main(argv: Sequence[str]) -> int:
     return guarded(lambda: run(list(argv)), lambda: "nothing was written")
 
 
+def doctor_command(argv: Sequence[str]) -> int:
+    """``norga doctor``: :func:`norga.commands.preflight.doctor_main` inside the boundary."""
+    return guarded(lambda: doctor_main(list(argv)), lambda: "nothing was written")
+
+
+def list_main() -> int:
+    """``norga list``: print :func:`registry_lines`."""
+    print("\n".join(registry_lines()))
+    return 0
+
+
 # subcommands that parse their own arguments: name -> entry point taking the arguments after the name
-DELEGATED = {"summarize": summarize_main, "doctor": doctor_main, "data": data_main, "reproduce": reproduce_main,
+DELEGATED = {"summarize": summarize_main, "doctor": doctor_command, "data": data_main, "reproduce": reproduce_main,
              "configs": configs_main}
 
 
@@ -218,7 +264,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in DELEGATED:  # commands with their own parser, loaded when used
         return DELEGATED[argv[0]](argv[1:])
-    parser = argparse.ArgumentParser(prog="norga", description=__doc__.split("\n\n")[0])
+    summary = " ".join(__doc__.split("\n\n")[0].replace("``", "").split())  # every command, on one line
+    parser = argparse.ArgumentParser(prog="norga", description=summary)
     parser.add_argument("--version", action="version", version=f"norga {__version__}")
     commands = parser.add_subparsers(dest="command", required=True,
                                      metavar="{train,eval,export,summarize,reproduce,routes,doctor,data,configs,list}")
@@ -237,15 +284,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     commands.add_parser("list", help="registered gates, methods, benchmarks and backbone presets")
     args = parser.parse_args(argv)
     if args.command == "train":
-        return guarded(lambda: run_train(args), lambda: _resume_hint(args))
+        return train_guarded(args)
     if args.command == "eval":
-        return guarded(lambda: run_eval(args), lambda: "nothing was written")
+        return guarded(lambda: run_eval(checked_run(args)), lambda: "nothing was written")
     if args.command == "export":
-        return guarded(lambda: run_export(args), lambda: "see the --out folder")
+        return guarded(lambda: run_export(checked_run(args)),
+                       lambda: "the unfinished export was removed; nothing was written")
     if args.command == "routes":
-        return guarded(lambda: run_routes(args), lambda: "nothing was written")
-    print("\n".join(registry_lines()))
-    return 0
+        return guarded(lambda: run_routes(checked_run(args)), lambda: "nothing was written")
+    return guarded(list_main, lambda: "nothing was written")
 
 
 if __name__ == "__main__":

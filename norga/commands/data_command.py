@@ -14,6 +14,7 @@ import sys
 from typing import Dict, List, Sequence
 
 from ..data.sources import DataError
+from ..outputs import OUTPUT_FOLDER
 
 HEX64 = re.compile(r"^[0-9a-fA-F]{64}$")
 
@@ -23,7 +24,8 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="{prepare,list}")
     prep = commands.add_parser("prepare", help="download, verify and extract a benchmark (or --check it)")
     prep.add_argument("benchmark", help="cifar100, imagenet_r, cub200 or five_datasets")
-    prep.add_argument("--root", default=None, help="the data folder (data.root of your configs; default: the one the "
+    prep.add_argument("--root", type=OUTPUT_FOLDER, default=None,
+                      help="the data folder (data.root of your configs; default: the one the "
                       "shipped configs read, e.g. data/cifar100; norga data list shows each)")
     prep.add_argument("--mirror", help="a folder holding the archives (same names); used instead of downloading")
     prep.add_argument("--offline", action="store_true", help="download nothing: print the URLs and the layout")

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
+from ..outputs import OUTPUT_FILE, OUTPUT_FOLDER
 from .environment import check_environment
 from .export_command import run_eval_export
 from .guard import guarded
@@ -19,7 +20,7 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
                              "takes --run for its own --run-path)")
     source.add_argument("--from", dest="export", type=Path, metavar="EXPORT",
                         help="a folder written by norga export (the run folder is not needed)")
-    parser.add_argument("--output", type=Path, default=None,
+    parser.add_argument("--output", type=OUTPUT_FILE, default=None,
                         help="where to write the metrics (default RUN/eval.json, EXPORT/eval.json)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="evaluate on other data: change an evaluation key of the checkpoints' config, e.g. "
@@ -27,7 +28,7 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", default=None,
                         help="a config to compare with the checkpoints' (only evaluation keys such as "
                              "data.root or data.test_per_class may differ; they are applied with a warning)")
-    parser.add_argument("--feature-cache", type=Path, default=None, metavar="DIR",
+    parser.add_argument("--feature-cache", type=OUTPUT_FOLDER, default=None, metavar="DIR",
                         help="a frozen-feature store (as norga train --feature-cache): frozen test features "
                              "computed by an earlier run or evaluation are read, not computed")
 
@@ -38,19 +39,22 @@ def run_eval(args: argparse.Namespace) -> int:
     check_environment()
     from ..engine import evaluate_run
     from ..toolkit.distributed import is_main
-    from ..engine.eval_config import check_eval_output, override_warning
-    from ..files import atomic_write_bytes
+    from ..engine.eval_config import override_warning
+    from ..engine.run_marker import require_run_folder
+    from ..outputs import Zone, check_output, write_output
 
     if args.export is not None:
         return run_eval_export(args)
-    out = args.output or args.run / "eval.json"
-    check_eval_output(out, args.run)
+    out = args.run / "eval.json" if args.output is None else args.output
+    require_run_folder(args.run)
+    zone = Zone(args.run, frozenset({"eval.json"}))  # the one name norga eval writes inside the run folder
+    check_output(out, "--output", zone)  # before the evaluation: a refused output costs nothing
     metrics = evaluate_run(args.run, args.config, args.overrides, args.feature_cache)
     if not is_main():  # torchrun: rank 0 writes and prints
         return 0
     if metrics["eval_overrides"]:
         print(override_warning(args.run, metrics["eval_overrides"]), file=sys.stderr)
-    atomic_write_bytes(out, (json.dumps(metrics, indent=2) + "\n").encode(), option="--output")
+    write_output(out, (json.dumps(metrics, indent=2) + "\n").encode(), "--output", zone)
     print(f"{metrics['completed_tasks']} of {metrics['num_tasks']} tasks evaluated: FA {metrics['FA']:.4f}  "
           f"CA {metrics['CA']:.4f}  FM {metrics['FM']:.4f}  TII {metrics['tii_accuracy']}  -> {out}")
     return 0

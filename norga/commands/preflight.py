@@ -9,6 +9,9 @@ torch and torchvision pair, the devices, and (with a config) the device it resol
 from __future__ import annotations
 
 import argparse
+import errno
+import importlib.util
+import os
 import platform
 import sys
 from pathlib import Path
@@ -17,6 +20,7 @@ from typing import List, Optional, Sequence
 from .._version import __version__
 from ..config import ConfigError, load_config
 from ..config.schema import is_hub_reference
+from .guard import short_path
 from .environment import device_lines, import_problems, installed_versions, version_problems
 
 
@@ -33,9 +37,45 @@ def config_problems(cfg, out: Optional[Path] = None) -> List[str]:
     if cfg.data.root and not cfg.data.download and not Path(cfg.data.root).exists():
         problems.append(f"data.root: {cfg.data.root} does not exist (relative paths start at {Path.cwd()}); fix "
                         "the path, or set data.download=true where the benchmark can be downloaded")
-    if out is not None and out.exists() and not out.is_dir():
-        problems.append(f"output folder {out} exists and is not a folder; choose another --output-dir")
+    if out is not None:
+        problems += _output_problems(out)
+    if cfg.logging.tensorboard and "tensorboard" not in (cfg.logging.trackers or []) and \
+            importlib.util.find_spec("tensorboard") is None:
+        problems.append("logging.tensorboard is true but the 'tensorboard' package is not installed: pip install "
+                        "tensorboard (or pip install \"norga[tensorboard]\"), or set logging.tensorboard=false")
     return problems
+
+
+def _output_problems(out: Path, option: str = "--output-dir") -> List[str]:
+    """The problems of the output folder ``out``: a file, or a path this file system cannot hold."""
+    try:
+        os.lstat(out)
+    except OSError as err:
+        if err.errno == errno.ENAMETOOLONG:
+            longest = max(len(os.fsencode(part)) for part in out.parts)
+            return [f"{option} {short_path(out)}: a name in it is too long for this file system (the longest has "
+                    f"{longest} bytes); choose a shorter {option}"]
+        return []
+    return [] if out.is_dir() else [f"output folder {out} exists and is not a folder; choose another {option}"]
+
+
+def run_folder_problem(run: Path, option: str = "--run") -> Optional[str]:
+    """What makes ``run`` unusable as the run folder ``norga eval`` / ``export`` / ``routes`` reads, for the cases
+    whose engine message would mislead: a file, or a ``norga-run.json`` that is not norga's marker. Imports
+    the engine (torch)."""
+    from ..engine.run_marker import MARKER, read_marker
+    from ..errors import NorgaError
+
+    if run.is_file():
+        return f"{option} {run} is a file, not a run folder; give the folder norga train wrote (its --output-dir)"
+    if (run / MARKER).is_file():
+        try:
+            read_marker(run)
+        except NorgaError:
+            return (f"{run / MARKER} is not norga's run marker (a file of that name written by another program, "
+                    f"or damaged), so {run} cannot be read as a run: restore the {MARKER} norga wrote, or give "
+                    f"the folder norga train wrote ({option})")
+    return None
 
 
 def doctor_lines(config: Optional[str], overrides: Sequence[str]) -> tuple:
@@ -53,7 +93,7 @@ def doctor_lines(config: Optional[str], overrides: Sequence[str]) -> tuple:
         try:
             cfg = load_config(config, list(overrides))
         except ConfigError as err:
-            return lines, problems + [f"{config}: {err}"]
+            return lines, problems + [f"{config}: {err}" if str(config).strip() else str(err)]
         lines.append(f"config {config}: device {cfg.device}, data {cfg.data.name} at {cfg.data.root or '-'}, "
                      f"weights {cfg.model.checkpoint or ('timm hub' if cfg.model.pretrained else 'random init')}")
         problems += config_problems(cfg)

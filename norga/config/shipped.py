@@ -114,6 +114,9 @@ def config_file(given: Union[str, Path]) -> Path:
     A folder that is no shipped name is returned as is (reading it says it is a folder); anything else raises
     :class:`ConfigError` listing close matches among the shipped names.
     """
+    if not str(given).strip():
+        raise ConfigError("the config path is empty; give a YAML file or the name of a shipped config (norga configs "
+                          "lists them)")
     path = Path(given)
     if path.is_file():
         return path
@@ -123,6 +126,19 @@ def config_file(given: Union[str, Path]) -> Path:
     if path.exists():
         return path
     raise unknown_name(str(given))
+
+
+def shadow_note(given: Union[str, Path]) -> Optional[str]:
+    """A ``note:`` line when ``--config GIVEN`` reads a shipped config while a file ``GIVEN.yaml`` exists here too
+    (the user may have meant it: the shipped one is read, as documented, and the note says so); else None."""
+    text = str(given)
+    if not text.strip() or Path(text).is_file() or text.endswith(SUFFIX):
+        return None
+    shipped, local = shipped_path(text), Path(text + SUFFIX)
+    if shipped is None or not local.is_file() or local.resolve() == shipped.resolve():
+        return None
+    return (f"note: --config {text} reads the shipped config {shipped}, not the file {local} here; give --config "
+            f"{local} to read that one")
 
 
 def description(path: Path) -> str:
@@ -167,8 +183,12 @@ def copy_config(text: str, folder: Path, force: bool = False) -> List[Path]:
 
     The files land side by side under their own file names; each ``base:`` line is rewritten to the copied
     base's file name (everything else byte for byte), so the copy loads exactly as the shipped config does.
-    Existing files are not overwritten unless ``force``.
+    Every file goes through the write guard (:func:`norga.outputs.write_output`): a file of the user's, or a
+    copy edited since, is never replaced; an unchanged earlier copy is replaced only with ``force``. All
+    targets are checked before the first is written.
     """
+    from ..outputs import write_output
+
     source = shipped_path(text)
     if source is None:
         raise unknown_name(text, files_too=False)
@@ -178,17 +198,28 @@ def copy_config(text: str, folder: Path, force: bool = False) -> List[Path]:
     if clashes:
         raise ConfigError(f"{text}: its base chain has two files named {', '.join(clashes)}; copy them by hand "
                           f"from {shipped_root()}")
+    texts = [path.read_text(encoding="utf-8") for path in chain]
+    texts = [_with_base(t, chain[i + 1].name, chain[i]) if i + 1 < len(chain) else t for i, t in enumerate(texts)]
+    _check_copy_targets(targets, force)
+    for target, data in zip(targets, texts):
+        write_output(target, data.encode("utf-8"), COPY_OPTION)
+    return targets
+
+
+COPY_OPTION = "DIR"  # how norga configs copy names its folder argument in messages
+
+
+def _check_copy_targets(targets: List[Path], force: bool) -> None:
+    """Refuse (one line) a target the guard would not replace, or, without ``force``, an earlier copy."""
+    from ..outputs import check_output
+
+    for target in targets:
+        check_output(target, COPY_OPTION)  # a user's file or an edited copy: refused, with or without --force
     existing = [str(t) for t in targets if t.exists()]
     if existing and not force:
         verb = "exists" if len(existing) == 1 else "exist"
-        raise ConfigError(f"{', '.join(existing)} already {verb}; choose another folder or add --force to overwrite")
-    Path(folder).mkdir(parents=True, exist_ok=True)
-    for i, (path, target) in enumerate(zip(chain, targets)):
-        text_of = path.read_text(encoding="utf-8")
-        if i + 1 < len(chain):
-            text_of = _with_base(text_of, chain[i + 1].name, path)
-        target.write_text(text_of, encoding="utf-8")
-    return targets
+        raise ConfigError(f"{', '.join(existing)} already {verb} (an earlier norga configs copy, unchanged); add "
+                          "--force to replace it, or choose another folder")
 
 
 def _with_base(text: str, base: str, path: Path) -> str:

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Sequence
 
+from ..outputs import OUTPUT_FOLDER
 from .origins import resolved_lines
 from .shipped import copy_config, description, shipped_names, shipped_path, shipped_root, unknown_name
 
@@ -28,8 +29,9 @@ def parser() -> argparse.ArgumentParser:
     show.add_argument("name", help="a shipped config's name, e.g. smoke or smoke/l2p")
     copy = commands.add_parser("copy", help="copy a shipped config and its base: chain into a folder, for editing")
     copy.add_argument("name", help="a shipped config's name, e.g. cifar100_norga")
-    copy.add_argument("folder", type=Path, help="where to write the files (created if missing)")
-    copy.add_argument("--force", action="store_true", help="overwrite files that already exist there")
+    copy.add_argument("folder", type=OUTPUT_FOLDER, metavar="DIR", help="where to write the files (created if "
+                      "missing); norga never replaces a file of yours there, nor a copy you edited")
+    copy.add_argument("--force", action="store_true", help="replace an earlier, unedited copy of these files")
     resolve = commands.add_parser("resolve", help="a config (file or shipped name) fully resolved: base chain merged, "
                                   "--set applied, defaults filled in, each value with its origin")
     resolve.add_argument("config", help="a config file or a shipped config's name, e.g. cifar100_norga")
@@ -65,7 +67,7 @@ def copy(name: str, folder: Path, force: bool) -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Entry point of ``norga configs`` (``norga.commands.cli`` wraps it: one ``error:`` line and exit 2 for a bad name)."""
+    """Entry point of ``norga configs`` (``norga.commands.cli`` wraps it in the error boundary)."""
     args = parser().parse_args(list(argv or []))
     if args.command == "show":
         sys.stdout.write(show(args.name))

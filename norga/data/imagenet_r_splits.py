@@ -94,7 +94,7 @@ def write_shipped(split: Split, path: Path = SHIPPED) -> None:
     lines += [f"class\t{w}\t{c}" for w, c in sorted(classes.items(), key=lambda item: item[1])]
     lines += [f"train\t{p}" for p in train] + [f"test\t{p}" for p in test]
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(("\n".join(lines) + "\n").encode())
+    path.write_bytes(("\n".join(lines) + "\n").encode())  # guarded: a maintainer's tool writing the package's file
 
 
 _RESTORE = ("reinstall norga (pip install --force-reinstall norga) or restore the file (git checkout -- "

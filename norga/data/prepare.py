@@ -5,63 +5,29 @@ A :class:`Preparer` per benchmark (registered in :data:`PREPARERS`, see :mod:`no
 declares its :class:`Archive` files: URLs, the checksum we ship (``md5:``/``sha256:``/``git-sha1:`` + hex,
 or None where nothing is published), and where each extracted entry goes under ``ROOT``. :func:`prepare`
 
-1. does nothing for an archive whose destinations all exist (a second run is a no-op);
-2. takes each missing archive from ``--mirror DIR`` (same relative name), from an earlier download in
-   ``ROOT/downloads/``, or downloads it (urllib, a tqdm progress bar, ``.part`` file renamed when complete);
+1. verifies the content of every file the benchmark needs that is in place (``Preparer.contents``,
+   :mod:`norga.data.contents`: by its published checksum or by reading it); "nothing to do" only when all
+   verify; a file with the wrong content stops the run (one line naming it: delete it), a missing file makes
+   its archive pending;
+2. takes each pending archive from ``--mirror DIR`` (same relative name; a missing DIR is one line), from an
+   earlier download in ``ROOT/downloads/``, or downloads it (urllib, tqdm, ``.part`` renamed when complete);
 3. verifies every archive before extracting any: a wrong checksum is one error and nothing is extracted;
-4. extracts into ``ROOT/.norga-partial/`` and renames the entries into place, so an interrupted run
-   leaves no half-extracted dataset (the partial folder is removed by the next run).
+4. extracts into ``ROOT/.norga-partial/``, verifies the content there (an archive that is not the benchmark's
+   places nothing), then renames the entries into place through the write guard (:mod:`norga.data.placing`:
+   never over a file norga did not write), so an interrupted run leaves no half-extracted dataset.
 
 Offline (``--offline``, or a download that fails) it prints the URLs, checksums and layout to place by hand.
 """
 from __future__ import annotations
 
-import gzip
-import hashlib
-import os
-import shutil
-import tarfile
-import urllib.error
-import urllib.request
-import zipfile
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence
 
+from ..outputs import zone_of
 from ..registry import registrar
+from .archives import (DOWNLOADS, PARTIAL, Archive, Preparer, _pending, digests, download,  # noqa: F401
+                       extract, manual_steps, verify)
 from .sources import DataError
-
-PARTIAL = ".norga-partial"  # extraction folder under ROOT; removed after each run
-DOWNLOADS = "downloads"  # where downloaded archives are kept under ROOT (delete it to save space)
-
-
-@dataclass(frozen=True)
-class Archive:
-    """One file to fetch. ``name``: its path under ``--mirror``/``ROOT/downloads`` and its key for ``--sha256``.
-
-    ``checksum``: ``"md5:<hex>"``, ``"sha256:<hex>"``, ``"git-sha1:<hex>"`` (git's blob id of the file) or None;
-    ``source``: who publishes it. ``places``: (entry in the extracted archive, destination under ROOT) pairs.
-    ``unpack``: ``"extract"`` (tar, tar.gz, tgz, zip, or a single .gz file) or ``"copy"``.
-    """
-
-    name: str
-    urls: Tuple[str, ...]
-    checksum: Optional[str]
-    source: str
-    places: Tuple[Tuple[str, str], ...]
-    unpack: str = "extract"
-
-
-@dataclass(frozen=True)
-class Preparer:
-    """The archives of a benchmark, its final layout under ROOT (text) and its ``--check`` function."""
-
-    benchmark: str
-    archives: Tuple[Archive, ...]
-    layout: str
-    check: Callable[..., object]
-    root: str = "data"  # the default --root: data.root of the shipped configs of this benchmark
-
 
 PREPARERS: Dict[str, Preparer] = {}
 register_preparer = registrar(PREPARERS, "data preparer")  # register_preparer(name)(Preparer(...))
@@ -74,149 +40,6 @@ def get_preparer(benchmark: str) -> Preparer:
     return PREPARERS[benchmark]
 
 
-def digests(path: Path) -> Dict[str, str]:
-    """md5, sha256 and git-sha1 (``sha1("blob <bytes>\\0" + content)``) of a file, read once in 1 MiB blocks."""
-    md5, sha256, git = hashlib.md5(), hashlib.sha256(), hashlib.sha1()
-    git.update(b"blob %d\0" % path.stat().st_size)
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            md5.update(block), sha256.update(block), git.update(block)
-    return {"md5": md5.hexdigest(), "sha256": sha256.hexdigest(), "git-sha1": git.hexdigest()}
-
-
-def _pending(preparer: Preparer, root: Path) -> List[Archive]:
-    """The archives with a destination missing under ``root``."""
-    return [a for a in preparer.archives if not all((root / dst).exists() for _, dst in a.places)]
-
-
-def manual_steps(preparer: Preparer, root: Path, archives: Sequence[Archive]) -> str:
-    """What to download and where to put it, for a machine without internet."""
-    lines = [f"To prepare {preparer.benchmark} by hand under {root}:"]
-    for i, a in enumerate(archives, 1):
-        check = f"{a.checksum} ({a.source})" if a.checksum else f"no published checksum ({a.source})"
-        lines.append(f"  {i}. {a.name}  [{check}]")
-        lines += [f"       from {url}" for url in a.urls]
-        how = "extract it" if a.unpack == "extract" else "copy it"
-        lines += [f"       {how}: its {src} goes to {root / dst}" for src, dst in a.places]
-    lines.append("Final layout:")
-    lines += [f"  {line}" for line in preparer.layout.format(root=root).splitlines()]
-    lines.append(f"Or download the files above into a folder F (keeping the names shown) and run: norga data "
-                 f"prepare {preparer.benchmark} --root {root} --mirror F")
-    return "\n".join(lines)
-
-
-def download(urls: Sequence[str], dest: Path, progress: bool = True) -> None:
-    """Fetch the first URL that answers into ``dest`` (via ``dest.part``); OSError naming every URL tried."""
-    from tqdm.auto import tqdm
-
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    part, errors = dest.with_name(dest.name + ".part"), []
-    for url in urls:
-        try:
-            request = urllib.request.Request(url, headers={"User-Agent": "norga-data-prepare"})
-            with urllib.request.urlopen(request, timeout=60) as response, open(part, "wb") as f:
-                size = int(response.headers.get("Content-Length") or 0) or None
-                with tqdm(total=size, unit="B", unit_scale=True, desc=dest.name, disable=not progress) as bar:
-                    for block in iter(lambda: response.read(1 << 20), b""):
-                        f.write(block)
-                        bar.update(len(block))
-            os.replace(part, dest)
-            return
-        except (urllib.error.URLError, OSError, ValueError) as err:
-            errors.append(f"{url}: {getattr(err, 'reason', err)}")
-            part.unlink(missing_ok=True)
-    raise OSError("; ".join(errors))
-
-
-def _fetch(preparer: Preparer, archive: Archive, root: Path, mirror: Optional[Path], progress: bool
-           ) -> Tuple[Path, bool]:
-    """(local file of ``archive``, whether norga downloaded it): the mirror's, an earlier download, or a new one."""
-    if mirror is not None and (mirror / archive.name).is_file():
-        return mirror / archive.name, False
-    local = root / DOWNLOADS / archive.name
-    if local.is_file():
-        return local, True
-    if not archive.urls:  # the user's own copy (no public direct link)
-        print(manual_steps(preparer, root, _pending(preparer, root)))
-        where = f"is not in the mirror {mirror}" if mirror is not None else "needs --mirror F"
-        raise DataError(f"{preparer.benchmark}: {archive.name} {where}; it cannot be downloaded automatically, "
-                        "place it as printed above and pass --mirror F")
-    try:
-        download(archive.urls, local, progress)
-    except OSError as err:
-        print(manual_steps(preparer, root, _pending(preparer, root)))
-        where = f"is not in the mirror {mirror} and " if mirror is not None else ""
-        raise DataError(f"{preparer.benchmark}: {archive.name} {where}could not be downloaded ({err}); "
-                        "place the files by hand as printed above") from err
-    return local, True
-
-
-def verify(archive: Archive, path: Path, expected: Optional[str]) -> str:
-    """A line saying how ``path`` was verified; DataError if its checksum differs from ``expected``."""
-    found = digests(path)
-    if expected is None:
-        return (f"{archive.name}: NOT VERIFIED, no published checksum ({archive.source}); its sha256 is "
-                f"{found['sha256']} (pass --sha256 {archive.name}=HEX to check it against a trusted value)")
-    kind, _, value = expected.partition(":")
-    if found[kind] != value.lower():
-        raise DataError(f"{archive.name}: checksum mismatch, {kind} of {path} is {found[kind]}, expected {value} "
-                        f"({archive.source}); the file is corrupt, truncated or another version; nothing was "
-                        "extracted")
-    return f"{archive.name}: {kind} verified ({value}); sha256 {found['sha256']}"
-
-
-def _expected(archive: Archive, overrides: Mapping[str, str]) -> Optional[str]:
-    return f"sha256:{overrides[archive.name]}" if archive.name in overrides else archive.checksum
-
-
-def extract(path: Path, target: Path) -> None:
-    """Unpack a tar (any compression), a zip, or a single gzipped file into ``target``.
-
-    Tar members that would land outside ``target`` (absolute paths, ``..``, links out) are refused
-    (``tarfile``'s ``data`` filter, or an equivalent path check on Pythons without it)."""
-    if tarfile.is_tarfile(path):
-        with tarfile.open(path, "r:*") as tar:
-            if hasattr(tarfile, "data_filter"):
-                tar.extractall(target, filter="data")
-            else:  # pragma: no cover - Pythons before the 2023 security releases
-                bad = [m.name for m in tar.getmembers() if not _inside(target, target / m.name)
-                       or (m.issym() or m.islnk()) and not _inside(target, target / Path(m.name).parent / m.linkname)]
-                if bad:
-                    raise DataError(f"{path}: members outside the archive's folder, e.g. {bad[:3]}")
-                tar.extractall(target)
-    elif zipfile.is_zipfile(path):
-        with zipfile.ZipFile(path) as archive:
-            archive.extractall(target)  # zipfile drops absolute and '..' parts itself
-    elif path.suffix == ".gz":
-        with gzip.open(path, "rb") as src, open(target / path.stem, "wb") as dst:
-            shutil.copyfileobj(src, dst, 1 << 20)
-    else:
-        raise DataError(f"{path}: neither a tar, a zip nor a .gz file")
-
-
-def _inside(folder: Path, path: Path) -> bool:
-    return os.path.realpath(path).startswith(os.path.realpath(folder) + os.sep)
-
-
-def _unpack(archive: Archive, path: Path, work: Path, root: Path) -> None:
-    """Extract (or copy) ``path`` into ``work``, then rename each place into its destination under ``root``."""
-    target = work / archive.name.replace("/", "_")
-    target.mkdir(parents=True)
-    if archive.unpack == "copy":
-        shutil.copyfile(path, target / Path(archive.name).name)
-    else:
-        try:
-            extract(path, target)
-        except (tarfile.TarError, zipfile.BadZipFile, OSError, EOFError) as err:  # a broken archive
-            raise DataError(f"{archive.name}: cannot extract {path} ({type(err).__name__}: {err})") from err
-    absent = [src for src, _ in archive.places if not (target / src).exists()]
-    if absent:
-        raise DataError(f"{archive.name}: {path} has no {absent} inside; expected {[s for s, _ in archive.places]}")
-    for src, dst in archive.places:
-        (root / dst).parent.mkdir(parents=True, exist_ok=True)
-        os.replace(target / src, root / dst)
-
-
 def prepare(benchmark: str, root, mirror=None, offline: bool = False, sha256: Optional[Mapping[str, str]] = None,
             progress: bool = True) -> List[str]:
     """Prepare ``benchmark`` under ``root`` (see the module docstring); returns the lines it reports."""
@@ -226,13 +49,39 @@ def prepare(benchmark: str, root, mirror=None, offline: bool = False, sha256: Op
     if unknown:
         raise DataError(f"--sha256 names {unknown}, which are not files of {benchmark}; its files: "
                         f"{[a.name for a in preparer.archives]}")
-    pending = _pending(preparer, root)
+    from .contents import summary
+    from .install import install, survey
+
+    _check_root(root)
+    pending, verified = survey(preparer, root, _pending(preparer, root))
     if not pending:
-        return [f"{benchmark}: nothing to do, every file is in place under {root} (check it with: norga data "
-                f"prepare {benchmark} --root {root} --check)"]
+        return [summary(benchmark, verified), f"{benchmark}: nothing to do, every file is in place and verified "
+                f"under {root} (check the images too with: norga data prepare {benchmark} --root {root} --check)"]
     if offline:
         return [manual_steps(preparer, root, pending)]
-    return _install(preparer, root, pending, Path(mirror) if mirror else None, overrides, progress)
+    return install(preparer, root, pending, _mirror(mirror, pending), overrides, progress)
+
+
+def _check_root(root: Path) -> None:
+    """DataError before anything is read or staged when ``--root`` is a file or lies inside a folder norga owns
+    (a run folder, an export, a feature store: :func:`norga.outputs.zone_of`)."""
+    if root.exists() and not root.is_dir():
+        raise DataError(f"--root {root} is a file; give a folder (new, or the data folder of your configs)")
+    found = zone_of(root)
+    if found is not None:
+        raise DataError(f"--root {root} lies inside the {found[1]} {found[0]}, whose files norga manages; choose "
+                        "another --root")
+
+
+def _mirror(mirror, pending: Sequence[Archive]) -> Optional[Path]:
+    """``--mirror`` as a Path; DataError when it is not an existing folder."""
+    if not mirror:
+        return None
+    if not Path(mirror).is_dir():
+        what = "is a file, not a folder" if Path(mirror).exists() else "does not exist"
+        raise DataError(f"--mirror {mirror} {what}; give the folder holding {', '.join(a.name for a in pending)} "
+                        "(or leave --mirror out to download them)")
+    return Path(mirror)
 
 
 def prepare_url(url: str, root, progress: bool = True) -> List[str]:
@@ -241,31 +90,8 @@ def prepare_url(url: str, root, progress: bool = True) -> List[str]:
     for preparer in PREPARERS.values():
         for archive in preparer.archives:
             if url in archive.urls:
-                pending = [a for a in _pending(preparer, Path(root)) if a is archive]
-                return _install(preparer, Path(root), pending, None, {}, progress) if pending else []
+                from .install import install, survey
+
+                pending = [a for a in survey(preparer, Path(root), _pending(preparer, Path(root)))[0] if a is archive]
+                return install(preparer, Path(root), pending, None, {}, progress) if pending else []
     raise DataError(f"no shipped archive is downloaded from {url}; norga data list shows them")
-
-
-def _install(preparer: Preparer, root: Path, pending: Sequence[Archive], mirror: Optional[Path],
-             overrides: Mapping[str, str], progress: bool) -> List[str]:
-    """Fetch, verify (all), then extract (each) the ``pending`` archives; the lines to report."""
-    fetched = [(a, *_fetch(preparer, a, root, mirror, progress)) for a in pending]
-    lines = []
-    for archive, path, ours in fetched:  # verify everything before extracting anything
-        try:
-            lines.append(verify(archive, path, _expected(archive, overrides)))
-        except DataError as err:
-            if not ours:  # a mirror's file is the user's: left alone
-                raise DataError(f"{err}; replace {path} with a good copy") from None
-            path.unlink(missing_ok=True)  # a bad download is not kept
-            raise DataError(f"{err}; the download was deleted, run again to fetch it again") from None
-    work = root / PARTIAL
-    shutil.rmtree(work, ignore_errors=True)  # left by an interrupted run
-    try:
-        for archive, path, _ in fetched:
-            _unpack(archive, path, work, root)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    lines.append(f"{preparer.benchmark}: prepared under {root}" + (f" (downloaded archives kept in {root / DOWNLOADS})"
-                                                          if any(ours for _, _, ours in fetched) else ""))
-    return lines

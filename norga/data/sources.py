@@ -73,6 +73,7 @@ def array_source(root, download: bool, options: dict) -> RawData:
         setattr(data, f"{split}_x", x)
         setattr(data, f"{split}_y", _check_labels(path, split, getattr(data, f"{split}_y"), len(x)))
     _check_class_coverage(path, data.train_y, data.test_y)
+    _check_class_names(path, data)
     _check_task_groups(path, data)
     return data
 
@@ -151,6 +152,14 @@ def _check_class_coverage(path: Path, train_y: np.ndarray, test_y: np.ndarray) -
         if absent:
             raise DataError(f"array dataset {path}: classes {absent[:10]} have no {split} images (labels must "
                             f"cover 0..{len(classes) - 1} in both splits)")
+
+
+def _check_class_names(path: Path, data: RawData) -> None:
+    """An optional ``classes`` array names every class id the labels use."""
+    largest = int(max(data.train_y.max(), data.test_y.max()))
+    if data.class_names is not None and len(data.class_names) <= largest:
+        raise DataError(f"array dataset {path}: classes lists {len(data.class_names)} class names but the largest "
+                        f"label is {largest}; give one name per class 0..{largest} (or leave classes out)")
 
 
 def _check_task_groups(path: Path, data: RawData) -> None:

@@ -1,8 +1,9 @@
 """``norga train --dry-run``: check config, data, images, weights and method together; train nothing.
 
-Every problem found is collected and reported at once in one error (not one per attempt): the data (read and
-split), every image file the benchmark will decode (``full``; ``quick``: a seeded sample of
-:data:`norga.data.readability.QUICK_SAMPLE`), the method's options, and the backbone weights. Each unreadable
+Every problem found is collected and reported at once in one error (not one per attempt): the device (a GPU
+that is not there, as training would report it), the data (read and split), every image file the benchmark
+will decode (``full``; ``quick``: a seeded sample of :data:`norga.data.readability.QUICK_SAMPLE`), the
+method's options, and the backbone weights. Each unreadable
 image is also listed on its own stderr line. A problem with the architecture itself (an unknown timm name)
 stops at once: nothing else can be checked without it.
 """
@@ -19,6 +20,7 @@ from ..errors import NorgaError
 from ..methods import build_method
 from ..models.backbone import BACKBONE_PRESETS, hub_weights_status
 from ..models.hub_weights import checkpoint_file, is_hub_reference
+from ..toolkit.devices import resolve_device
 from .problems import Problems
 from .task_loop import build_data, build_vit, resolve_config
 
@@ -76,12 +78,14 @@ def dry_run(cfg: Config, decode: str = "full") -> str:
     arch_only.model.pretrained, arch_only.model.checkpoint = False, None
     vit = build_vit(arch_only)
     found = Problems()
+    device = found.attempt(lambda: resolve_device(cfg.device))  # a GPU that is not there: a problem, as in training
     bench = found.attempt(lambda: build_data(cfg, vit))
     method = bench and found.attempt(lambda: build_method(arch_only, vit, bench.task_classes, torch.device("cpu")))
     weights = found.attempt(lambda: _weights(cfg))
     images = bench and found.attempt(lambda: _decode_images(bench, decode))
     found.raise_any("the dry run")
     params = sum(p.numel() for p in vit.parameters()) / 1e6
-    head = (f"backbone: {cfg.model.name or cfg.model.preset} ({params:.1f} M params), weights: {weights}\n"
+    head = (f"device: {device} (device: {cfg.device})\n"
+            f"backbone: {cfg.model.name or cfg.model.preset} ({params:.1f} M params), weights: {weights}\n"
             f"{method.summary()}\n{images}")
     return head + "\n" + bench.summary()

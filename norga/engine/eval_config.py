@@ -9,13 +9,12 @@ config) or ``--config CFG`` (a whole config, compared with the checkpoints'): on
 ``eval_overrides: {key: [trained, evaluated]}``. Any other difference (seed, class order, method, model, ...)
 would evaluate something the checkpoints were not trained as, and is an error listing the keys.
 
-:func:`check_eval_output`: the output file is new, or a previous ``norga eval`` output (it is replaced),
-never a file the user wrote, and never a name norga writes in a run folder other than ``eval.json``.
+Where ``norga eval`` writes is decided by the write guard (:mod:`norga.outputs`): ``eval.json`` is the one
+name it writes inside the run folder; elsewhere it never replaces a file it did not write.
 """
 from __future__ import annotations
 
 import copy
-import json
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -23,7 +22,6 @@ from ..config import Config, ConfigError, from_dict, load_config
 from ..config.loading import parse_yaml
 from ..errors import RunError
 from .provenance import affects_results, changed_values, with_new_defaults
-from .run_marker import written_by_norga
 
 # keys that choose the data a run is evaluated on, or how (not what the checkpoints learned)
 EVAL_KEYS = ("data.root", "data.download", "data.test_per_class", "data.num_workers", "data.options.test_per_class",
@@ -84,25 +82,3 @@ def override_warning(run_dir: Path, overrides: Dict[str, list]) -> str:
     listed = "; ".join(f"{key}: {old!r} -> {new!r}" for key, (old, new) in sorted(overrides.items()))
     return (f"warning: {run_dir} evaluated with its checkpoints' config except {listed} (asked by --config/--set); "
             "eval.json records this as eval_overrides")
-
-
-def check_eval_output(out: Path, run_dir: Path) -> None:
-    """RunError unless ``out`` may be written: new, or an earlier ``norga eval`` output (module doc)."""
-    out = Path(out)
-    try:
-        inside = out.resolve().relative_to(Path(run_dir).resolve())
-    except ValueError:
-        inside = None
-    name = written_by_norga(inside) if inside is not None else None
-    if name is not None and name != "eval.json":
-        raise RunError(f"--output {out} is the run folder's own {name}; choose another --output (default: "
-                       f"{Path(run_dir) / 'eval.json'})")
-    if not out.exists():
-        return
-    try:
-        previous = json.loads(out.read_text()) if out.is_file() else None
-    except (OSError, ValueError, UnicodeDecodeError):
-        previous = None
-    if not (isinstance(previous, dict) and "eval_seconds" in previous and "acc_matrix" in previous):
-        raise RunError(f"--output {out} exists and was not written by norga eval; norga never replaces your files: "
-                       "choose another --output")

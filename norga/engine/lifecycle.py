@@ -27,6 +27,7 @@ from ..toolkit.loss_watch import EXPLOSION_FACTOR, EpochLoss, exploded
 from .evaluate import TaskEvaluation
 from .run_folder import RunDir, RunState
 from .run_marker import recognise_folder
+from .run_truth import metrics_problem
 
 
 @contextlib.contextmanager
@@ -50,15 +51,20 @@ def open_run(run: RunDir, num_tasks: int) -> Iterator[RunState]:
 
 
 def finished_metrics(run: RunDir, state: RunState, num_tasks: int) -> Optional[dict]:
-    """metrics.json of a run whose ``num_tasks`` checkpoints are all intact, if it describes all of them."""
+    """metrics.json of a run whose ``num_tasks`` checkpoints are all intact, if it describes all of them and agrees
+    with their evaluation rows (:mod:`norga.engine.run_truth`; else a note says it is rebuilt)."""
     if state.done != num_tasks or state.notes:
         return None
-    metrics = run.read_metrics()
+    metrics = run.read_metrics_file()
     if not metrics or metrics.get("completed_tasks") != num_tasks or metrics.get("num_tasks") != num_tasks:
         return None
     if not all(isinstance(metrics.get(k), (int, float)) for k in ("FA", "CA", "FM")):
         return None
     if metrics.get("status", "complete") != "complete":  # e.g. interrupted while writing plots: rebuilt
+        return None
+    problem = metrics_problem(run, metrics)  # checkpoints are the truth: an edited file is rebuilt from them
+    if problem:
+        state.notes.append(f"metrics.json {problem}; it is rebuilt from the checkpoints")
         return None
     return metrics
 

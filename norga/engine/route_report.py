@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import torch
 import torch.nn.functional as F
 
 from ..errors import RunError
-from ..files import atomic_write_bytes
+from ..outputs import Zone, write_output
 from ..methods import build_method
 from ..reports.plot_scales import figure, save_png
 from ..toolkit.devices import resolve_device
@@ -94,8 +94,9 @@ def route_report(run_dir: Path, bins: int = 4) -> dict:
     report = {"old_tasks": old, "after_task": done - 1, "tokens": len(changes),
               "composition": ["task", "class", "position bucket (class token, 2x2 patch regions)"],
               "method": method.describe(), "layers": layers, "pooled_bins": pooled}
-    atomic_write_bytes(run.root / "routes.json", (json.dumps(report, indent=1) + "\n").encode())
-    _plot(report, run.root / "plots" / "routes.png")
+    zone = Zone(run.root, frozenset({"routes.json", "plots/routes.png"}))  # the only names `norga routes` writes
+    write_output(run.root / "routes.json", (json.dumps(report, indent=1) + "\n").encode(), "--run", zone)
+    _plot(report, run.root / "plots" / "routes.png", zone)
     return report
 
 
@@ -129,7 +130,7 @@ def _bin_points(rows: List[dict]) -> tuple:
     return x, half, [r["delta_loss"] for r in rows], se
 
 
-def _plot(report: dict, path: Path) -> None:
+def _plot(report: dict, path: Path, zone: Optional[Zone] = None) -> None:
     """Two panels: N_eff per adapted block (ticks at the adapted blocks, half a block of margin) and mean ΔL_old
     per pooled mass-quantile bin (horizontal bars span each bin's N_eff range); both axes fit the data."""
     layers = sorted(report["layers"], key=int)
@@ -148,4 +149,4 @@ def _plot(report: dict, path: Path) -> None:
     right.set(xlabel="N_eff (bar: its mass-quantile bin)", ylabel="mean ΔL_old ± s.e. over routes",
               title="mixing vs forgetting (routes of all layers)")
     right.legend()
-    save_png(fig, path)
+    save_png(fig, path, "--run", zone)

@@ -7,74 +7,42 @@ Layout of ``DIR`` (tasks are numbered from 0 everywhere)::
     metrics.json             FA/CA/FM/BWT, matrices, TII, timings (completed tasks only)
     acc_matrix.csv           rows = evaluated task i, columns = after learning task t
     log.txt                  human-readable log
-    checkpoints/task_XX.pt   state after task XX (the method's name and state, e.g.
-                             prompts, gates, heads and that task's statistics; the
-                             task's evaluation row; the config; the run id and
-                             config hash, see norga.engine.run_identity)
-    checkpoints/task_XX.pt.sha256   its checksum (``sha256sum -c`` format); a task is
-                             complete only when this file exists and matches
+    checkpoints/task_XX.pt   state after task XX (the method's name and state, e.g. prompts, gates, heads and
+                             that task's statistics; the task's evaluation row; the config; the run id and
+                             config hash, see norga.engine.run_identity; the inputs: backbone weights' and
+                             data split's checksums, see norga.engine.run_inputs)
+    checkpoints/task_XX.pt.sha256   its checksum (``sha256sum -c`` format); a task is complete only when this
+                             file exists and matches (a checkpoint without it cannot be verified)
     .lock                    present while a process trains into the folder (holds its pid)
 
-Guarantees: every file is written to a temp file in the same folder, fsync'ed,
-renamed over the old one and the folder fsync'ed, so an interrupted write never
-replaces a good file; files get the permissions of any file the user creates
-(0666 minus the umask). A checkpoint's checksum is written after the checkpoint
-itself, so a crash in between leaves the task incomplete, never half-trusted.
-Checkpoints are loaded with ``torch.load(weights_only=True)`` (no code runs on
-load). ``metrics.json`` is derived from the checkpoints' evaluation rows and
-can be rebuilt from them.
+Guarantees: every file goes through the write guard (:mod:`norga.outputs`; the folder is a zone) and is written
+to a temp file in the same folder, fsync'ed, renamed over the old one and the folder fsync'ed, so an interrupted
+write never replaces a good file; files get the permissions of any file the user creates (0666 minus the umask).
+A checkpoint's checksum is written after the checkpoint itself, so a crash in between leaves the task
+incomplete, never half-trusted. Checkpoints are loaded with ``torch.load(weights_only=True)`` (no code runs on
+load). ``metrics.json`` is derived from the checkpoints' evaluation rows, rebuilt from them by training and
+checked against them by every reader (:meth:`RunDir.read_metrics`, :mod:`norga.engine.run_truth`).
 """
 from __future__ import annotations
 
 import csv
-import functools
 import io
 import json
 import logging
-import subprocess
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 import torch
 import yaml
 
 from ..errors import RunError
 from ..files import atomic_write_bytes, sha256_hex, write_failure
+from ..outputs import Zone, check_output, make_output_folder
 from .folder_lock import RunLock
+from .run_support import QuietFileHandler, code_version, non_finite_key, run_logger  # noqa: F401
 
-@functools.lru_cache(maxsize=1)
-def code_version() -> dict:
-    """norga version and, in a git checkout, the commit of the code (``git_dirty``: uncommitted changes)."""
-    from .._version import __version__
-
-    root = Path(__file__).resolve().parents[2]
-    info = {"version": __version__, "git_commit": None, "git_dirty": None}
-    if not (root / ".git").exists():
-        return info
-    try:
-        git = lambda *a: subprocess.run(["git", "-C", str(root), *a], capture_output=True, text=True, timeout=10)
-        head = git("rev-parse", "HEAD")
-        if head.returncode == 0:
-            info["git_commit"] = head.stdout.strip()
-            info["git_dirty"] = bool(git("status", "--porcelain", "--untracked-files=no").stdout.strip())
-    except (OSError, subprocess.SubprocessError):
-        pass
-    return info
-
-
-def _non_finite_key(obj, path: str = "") -> Optional[str]:
-    """Key path of the first NaN/inf float in nested dicts/lists, e.g. 'acc_matrix[1][2]'."""
-    if isinstance(obj, float) and obj != obj or obj in (float("inf"), float("-inf")):
-        return path or "(top level)"
-    items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, (list, tuple)) else ()
-    for key, value in items:
-        found = _non_finite_key(value, f"{path}.{key}" if isinstance(obj, dict) and path else
-                                str(key) if isinstance(obj, dict) else f"{path}[{key}]")
-        if found:
-            return found
-    return None
+OPTION = "--output-dir"  # the option that chose the folder, named by the write guard's messages
 
 
 @dataclass
@@ -83,7 +51,7 @@ class RunState:
 
     done: int = 0
     notes: List[str] = field(default_factory=list)
-    corrupt: Optional[str] = None  # the message about a corrupt checkpoint, if one was found
+    corrupt: Optional[str] = None  # what is wrong with the first checkpoint not intact (corrupt, no checksum)
 
 
 class RunDir:
@@ -92,6 +60,14 @@ class RunDir:
     def __init__(self, root: Path):
         self.root = Path(root)
         self.checkpoints = self.root / "checkpoints"
+        self._records: Dict[int, dict] = {}  # task -> what its verified checkpoint records (see :meth:`record`)
+
+    def _write(self, path: Path, data: bytes) -> None:
+        """One file of the folder, through the write guard (:mod:`norga.outputs`: the run folder is its zone),
+        written atomically."""
+        check_output(path, OPTION, Zone(self.root))
+        make_output_folder(Path(path).parent, OPTION, Zone(self.root))
+        atomic_write_bytes(path, data)  # guarded: checked above (tests/faults.py patches this call to kill)
 
     # ---- checkpoints ---------------------------------------------------
     def checkpoint_path(self, task: int) -> Path:
@@ -108,9 +84,25 @@ class RunDir:
         buffer = io.BytesIO()
         torch.save(state, buffer)
         data = buffer.getvalue()
-        atomic_write_bytes(self.checkpoint_path(task), data)
+        self._write(self.checkpoint_path(task), data)
         line = f"{sha256_hex(data)}  {self.checkpoint_path(task).name}\n"
-        atomic_write_bytes(self.checksum_path(task), line.encode())
+        self._write(self.checksum_path(task), line.encode())
+        self._remember(task, state)
+
+    def _remember(self, task: int, state: dict) -> None:
+        self._records[task] = {k: state.get(k) for k in ("task", "run", "inputs", "config", "evaluation")}
+
+    def record(self, task: int) -> dict:
+        """What verified checkpoint ``task`` records besides the method's state (``task``, ``run``, ``inputs``,
+        ``config``, ``evaluation``): kept from this process's load or save, else loaded (RunError if not intact)."""
+        if task not in self._records:
+            self.load_checkpoint(task)
+        return self._records[task]
+
+    def unverified(self, task: int) -> str:
+        """The problem of a checkpoint present without its checksum file (deleted, or its write interrupted)."""
+        return (f"{self._name(task)} has no checksum file (task_{task:02d}.pt.sha256 was deleted, or its write "
+                "was interrupted): the task cannot be verified")
 
     def _problem(self, task: int) -> Optional[str]:
         """None if checkpoint ``task`` matches its checksum, else what is wrong."""
@@ -126,6 +118,9 @@ class RunDir:
 
     def verified_bytes(self, task: int) -> bytes:
         """Checkpoint bytes after checking them against the checksum file (RunError otherwise)."""
+        if self.checkpoint_path(task).is_file() and not self.checksum_path(task).is_file():
+            raise RunError(f"{self.root}: {self.unverified(task)}; 'norga train' on this folder trains task {task} "
+                           "again")
         try:
             data = self.checkpoint_path(task).read_bytes()
             expected = self.checksum_path(task).read_text().split()[0].lower()
@@ -140,11 +135,14 @@ class RunDir:
         """Verified checkpoint, loaded with ``weights_only=True`` (no pickled code is executed)."""
         data = self.verified_bytes(task)
         try:
-            return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+            state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
         except Exception as err:  # noqa: BLE001 - any unpickling failure is the same user-facing problem
             first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             raise RunError(f"{self.root}: {self._name(task)} cannot be loaded safely ({first}); it was not "
                            "written by this norga version: use a new --output-dir") from err
+        if isinstance(state, dict):
+            self._remember(task, state)
+        return state
 
     def scan(self, num_tasks: Optional[int] = None) -> RunState:
         """Leading tasks whose checkpoint matches its checksum; stops at the first that does not.
@@ -169,6 +167,7 @@ class RunDir:
                 self._refuse_legacy(t)
             self._refuse_gap(t, "has no checksum file" if problem == "no checksum" else f"is corrupt ({problem})")
             if problem == "no checksum":
+                state.corrupt = self.unverified(t)
                 state.notes.append(f"{self._name(t)} has no checksum file: its write was interrupted; "
                                    f"task {t} is trained again")
             else:
@@ -196,7 +195,7 @@ class RunDir:
         if any(self.checkpoints.glob("*.pt.sha256")):
             return
         later = self.checkpoint_path(task + 1).is_file()
-        metrics = self.read_metrics() or {}
+        metrics = self.read_metrics_file() or {}
         if later or int(metrics.get("completed_tasks") or 0) > task:
             raise RunError(f"{self.root}: checkpoints without checksum files (task_{task:02d}.pt.sha256 missing) "
                            "were written by an older norga version and cannot be verified; use a new --output-dir")
@@ -216,7 +215,7 @@ class RunDir:
     def write_config(self, resolved: dict, note: Optional[str] = None) -> None:
         """config.yaml; ``note`` (e.g. that earlier tasks had another config) becomes a comment line on top."""
         header = f"# {note}\n" if note else ""
-        atomic_write_bytes(self.root / "config.yaml", (header + yaml.safe_dump(resolved, sort_keys=False)).encode())
+        self._write(self.root / "config.yaml", (header + yaml.safe_dump(resolved, sort_keys=False)).encode())
 
     def read_config(self) -> Optional[dict]:
         path = self.root / "config.yaml"
@@ -232,16 +231,30 @@ class RunDir:
         return raw
 
     def write_metrics(self, metrics: dict) -> None:
-        """metrics.json; NaN/inf never reach it (RunError naming the first such key instead)."""
+        """metrics.json, with the inputs its tasks' checkpoints record (:func:`~norga.engine.run_inputs.with_inputs`:
+        backbone weights and data split); NaN/inf never reach it (RunError naming the first such key instead)."""
+        from .run_inputs import with_inputs
+
+        done = int(metrics.get("completed_tasks") or 0)
+        metrics = with_inputs(metrics, [self._records.get(t, {}).get("inputs") for t in range(done)])
         try:
             text = json.dumps(metrics, indent=2, allow_nan=False)
         except ValueError:
-            raise RunError(f"metrics for {self.root} hold NaN or inf at {_non_finite_key(metrics)}; not written "
+            raise RunError(f"metrics for {self.root} hold NaN or inf at {non_finite_key(metrics)}; not written "
                            "(did training diverge? see log.txt)") from None
-        atomic_write_bytes(self.root / "metrics.json", (text + "\n").encode())
+        self._write(self.root / "metrics.json", (text + "\n").encode())
 
     def read_metrics(self) -> Optional[dict]:
-        """metrics.json, or None when missing or unreadable (it is rebuilt from the checkpoints)."""
+        """metrics.json after checking it against the evaluation rows its checkpoints record
+        (:func:`norga.engine.run_truth.check_metrics`: RunError naming it and the fix when they disagree, or when a
+        task it counts has no intact checkpoint); None when missing or unreadable (training rebuilds it)."""
+        from .run_truth import check_metrics
+
+        metrics = self.read_metrics_file()
+        return None if metrics is None else check_metrics(self, metrics)
+
+    def read_metrics_file(self) -> Optional[dict]:
+        """metrics.json as it is on disk (not checked), or None when missing or unreadable."""
         try:
             data = json.loads((self.root / "metrics.json").read_text())
         except (OSError, ValueError):
@@ -255,7 +268,7 @@ class RunDir:
         writer.writerow(["evaluated_task"] + [f"after_task_{t}" for t in range(len(rows))])
         for i, row in enumerate(rows):
             writer.writerow([i] + ["" if v is None else f"{v:.6f}" for v in row])
-        atomic_write_bytes(self.root / "acc_matrix.csv", out.getvalue().encode())
+        self._write(self.root / "acc_matrix.csv", out.getvalue().encode())
 
     # ---- folder, lock, log ---------------------------------------------------
     def ensure_folder(self) -> bool:
@@ -275,25 +288,5 @@ class RunDir:
 
     def logger(self) -> logging.Logger:
         """Logger writing to log.txt (appending across resumes) and to stdout."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        log = logging.getLogger(f"norga.run.{self.root.resolve()}")
-        if not log.handlers:
-            log.setLevel(logging.INFO)
-            fmt = logging.Formatter("%(asctime)s %(message)s", "%Y-%m-%d %H:%M:%S")
-            for handler in (QuietFileHandler(self.root / "log.txt"), logging.StreamHandler(sys.stdout)):
-                handler.setFormatter(fmt)
-                log.addHandler(handler)
-            log.propagate = False
-        return log
+        return run_logger(self.root)
 
-
-class QuietFileHandler(logging.FileHandler):
-    """A log file that, when it cannot be written (disk full), warns once on stderr instead of a traceback."""
-
-    _warned = False
-
-    def handleError(self, record) -> None:  # noqa: N802 - logging's name
-        if not self._warned:
-            self._warned = True
-            print(f"warning: cannot write {self.baseFilename} ({sys.exc_info()[1]}); log lines are skipped",
-                  file=sys.stderr)

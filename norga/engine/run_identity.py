@@ -116,10 +116,11 @@ def check_same_method(run: RunDir, previous: Optional[dict], method: str, task: 
                        "a new --output-dir")
 
 
-def claim_folder(run: RunDir, resolved: dict, done: int) -> Dict[str, str]:
+def claim_folder(run: RunDir, resolved: dict, done: int, inputs: Optional[dict] = None) -> Dict[str, dict]:
     """Write the folder's marker (the first file of a new run; an unmarked run of an older norga gets one, taking
     over its ``done`` checkpoints), or update its config hash after ``--force``; returns what new checkpoints
-    record (:func:`identity`). Call once model and data are built, before anything else is written."""
+    record: ``run`` (:func:`identity`) and ``inputs`` (:mod:`norga.engine.run_inputs`). Call once model and data
+    are built, before anything else is written."""
     marker = read_marker(run.root)
     digest = config_hash(resolved)
     if marker is None:
@@ -129,7 +130,7 @@ def claim_folder(run: RunDir, resolved: dict, done: int) -> Dict[str, str]:
     elif marker.config_hash != digest:
         marker.config_hash = digest
         write_marker(run.root, marker)
-    return identity(marker.run_id, resolved)
+    return {"run": identity(marker.run_id, resolved), "inputs": inputs or {}}
 
 
 def trained_config(run_dir: Path) -> Tuple[RunDir, int, dict]:
@@ -138,7 +139,7 @@ def trained_config(run_dir: Path) -> Tuple[RunDir, int, dict]:
     run = RunDir(run_dir)
     require_run_folder(run.root)
     state = run.scan()
-    if state.corrupt:
+    if state.corrupt:  # a corrupt checkpoint, or one without its checksum file
         raise RunError(f"{run.root}: {state.corrupt}; 'norga train' on this folder trains that task again")
     if state.done == 0:
         raise RunError(f"{run_dir} has no completed task checkpoint yet")

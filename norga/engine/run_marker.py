@@ -26,13 +26,14 @@ from typing import List, Optional
 
 from ..errors import RunError
 from ..files import atomic_write_bytes, sha256_hex
+from ..outputs import Zone, check_output, make_output_folder
 
 MARKER = "norga-run.json"
 FORMAT = "norga-run"
 # what norga itself writes at the top of a run folder (train, eval, routes)
 NORGA_FILES = ("config.yaml", "metrics.json", "acc_matrix.csv", "log.txt", "epochs.jsonl", "eval.json", "routes.json",
                "trackers.json", MARKER)
-NORGA_FOLDERS = ("checkpoints", "plots", "tensorboard")
+NORGA_FOLDERS = ("checkpoints", "plots", "tensorboard", "mlruns")
 NORGA_NAMES = NORGA_FILES + NORGA_FOLDERS
 LOCK = ".lock"
 
@@ -78,7 +79,11 @@ def read_marker(root: Path) -> Optional[RunMarker]:
 
 
 def write_marker(root: Path, marker: RunMarker) -> None:
-    atomic_write_bytes(Path(root) / MARKER, marker.to_json())
+    """The folder's marker, through the write guard (:mod:`norga.outputs`; the folder is the zone it marks)."""
+    path, zone = Path(root) / MARKER, Zone(Path(root))
+    check_output(path, "--output-dir", zone)
+    make_output_folder(Path(root), "--output-dir", zone)
+    atomic_write_bytes(path, marker.to_json())  # guarded: checked above (tests/faults.py patches this call)
 
 
 def _entries(root: Path) -> List[str]:
@@ -133,11 +138,18 @@ def recognise_folder(root: Path, purpose: str = "--output-dir") -> str:
 def require_run_folder(root: Path) -> str:
     """``"marked"`` or ``"unmarked"`` for a folder ``norga eval`` / ``norga routes`` may read; RunError otherwise."""
     root = Path(root)
+    if root.is_file():
+        raise RunError(f"--run {root} is a file, not a run folder; give the folder norga train wrote "
+                       "(its --output-dir)")
     if not root.is_dir():
         raise RunError(f"run folder not found: {root}")
     try:
         kind = recognise_folder(root, "--run")
     except RunError as err:
+        if (root / MARKER).exists():
+            raise RunError(f"{root / MARKER} is not norga's run marker (a file of that name written by another "
+                           f"program, or damaged), so {root} cannot be read as a run: restore the {MARKER} norga "
+                           "wrote, or give the folder norga train wrote (--run)") from err
         raise RunError(f"{root} is not a norga run folder: no {MARKER}, and it holds files norga did not write; "
                        "give the folder norga train wrote (--output-dir)") from err
     if kind == "empty":

@@ -17,6 +17,7 @@ from ..toolkit.distributed import distributed_session, is_main
 from ..toolkit.feature_store import open_store
 from .eval_config import evaluation_config, requested_config
 from .run_identity import trained_config
+from .run_inputs import check_eval_weights
 from .task_loop import Evaluator, MetricsTracker, build_data, build_vit, method_state, resolve_config
 
 # (method, task) -> (the method's state after that task, the config to record for it)
@@ -67,13 +68,15 @@ def evaluate_run(run_dir: Path, config_file: Optional[str] = None, overrides: Se
 
     Evaluates with the config the checkpoints were trained with; ``config_file`` / ``overrides`` (``--config`` /
     ``--set``) may change only its evaluation keys (:mod:`norga.engine.eval_config`; ``eval_overrides`` in the
-    result). A corrupt checkpoint is an error naming it (training would redo that task); ``eval_seconds``
+    result). A corrupt checkpoint, one without its checksum file, and backbone weights that are not those the
+    checkpoints record (:func:`~norga.engine.run_inputs.check_eval_weights`) are errors naming it; ``eval_seconds``
     holds the evaluation time after each task (no training times: nothing is trained here).
     """
     run, done, trained = trained_config(run_dir)
     requested = requested_config(trained, config_file, list(overrides))
     evaluated, changed = evaluation_config(trained, requested and config_to_dict(resolve_config(requested)))
     cfg = from_dict(Config, evaluated, "")
+    check_eval_weights(run, done, cfg.model)  # the weights the checkpoints record, or one RunError
 
     def checkpoint_state(method: Method, t: int) -> Tuple[dict, Optional[dict]]:
         saved = run.load_checkpoint(t)

@@ -40,6 +40,7 @@ from .lifecycle import (attach_evaluation, chance_warning, check_finite, diverge
                         saved_evaluation, task_context, write_results, write_status)
 from .provenance import (RunConfigMismatch, affects_results, change_line, check_run_config,  # noqa: F401
                          config_history, history_note, with_new_defaults)
+from .run_inputs import InputsCheck
 from .run_identity import check_config_file, check_same_method, claim_folder, trained_config, verified_configs
 from .run_marker import refuse_config_inside
 from .shared_folder import opened_run
@@ -133,7 +134,8 @@ def _train_in_folder(cfg: Config, run: RunDir, force: bool, feature_cache: Optio
     """run_training in this process (one of torchrun's processes, or the only one)."""
 
     changes: dict = {}
-    check_trackers(tracker_names(cfg.logging))  # a missing package or login: one line before anything is built
+    inputs = InputsCheck(run, cfg.model, cfg.data.num_tasks, force)  # backbone weights and data split
+    check_trackers(tracker_names(cfg.logging), cfg.logging)  # a missing package or login: one line before anything is built
 
     def check(state) -> Optional[dict]:
         trained = verified_configs(run, state.done)
@@ -142,7 +144,9 @@ def _train_in_folder(cfg: Config, run: RunDir, force: bool, feature_cache: Optio
         previous = trained[-1] if trained else None
         check_same_method(run, previous, cfg.method.name, state.done - 1)
         changes.update(check_run_config(config_to_dict(cfg), previous, run, state.done, cfg.data.num_tasks, force))
-        finished = finished_metrics(run, state, cfg.data.num_tasks)
+        finished = finished_metrics(run, state, cfg.data.num_tasks)  # checked against the checkpoints
+        if finished is None:
+            inputs.check_backbone(state.done)  # before building: the weights the last task recorded
         if finished is not None and run.read_config() is None:  # restore a lost config.yaml (checked above)
             run.write_config(config_to_dict(cfg))
         return finished
@@ -153,12 +157,13 @@ def _train_in_folder(cfg: Config, run: RunDir, force: bool, feature_cache: Optio
         device = resolve_device(cfg.device)
         vit, bench = build_vit_and_data(cfg)
         method = build_method(cfg, vit, bench.task_classes, device)  # checked before anything is written
-        stamp = claim_folder(run, config_to_dict(cfg), state.done) if is_main() else {}  # the run's first file
+        inputs.check_split(state.done, bench.info())  # every process: the split the last task recorded
+        stamp = claim_folder(run, config_to_dict(cfg), state.done, inputs.record()) if is_main() else {}
         log = run.logger()
         store = open_store(feature_cache, vit, cfg, log) if feature_cache is not None else None
         method.feature_store = store
-        for note in state.notes:
-            log.warning(f"warning: {note}")
+        for note in state.notes + inputs.notes:
+            log.warning(note if note.startswith("warning:") else f"warning: {note}")
         if any(affects_results(key) for key in changes):
             log.warning(change_line(changes, state.done))
         tracker = MetricsTracker(cfg, bench, method, None)
@@ -255,7 +260,7 @@ def _record_saved_tasks(run: RunDir, tracker: "MetricsTracker") -> None:
 def _train_task(t: int, cfg: Config, bench, method: Method, tracker: "MetricsTracker", run: RunDir,
                 evaluator: Evaluator, log, stamp: dict) -> None:
     """Learn and evaluate task t; checkpoint (with its evaluation row and ``stamp``: the run's id and config hash),
-    then metrics, then the log line."""
+    then metrics, then the log line. ``stamp``: ``run`` (id, config hash) and ``inputs`` (weights, split)."""
     start = time.time()
     with task_context(t):
         loaders = task_loaders(cfg, bench, t, method.train_batch_size, evaluator.loader(t))
@@ -267,7 +272,7 @@ def _train_task(t: int, cfg: Config, bench, method: Method, tracker: "MetricsTra
     failure = diverged_to_chance(t, evaluation[t], len(bench.task_classes[t]), epochs)
     if failure:
         raise TrainingDiverged(failure)
-    state = {"task": t, "method_name": cfg.method.name, "method": method.state_dict(t), "run": stamp}
+    state = {"task": t, "method_name": cfg.method.name, "method": method.state_dict(t), **stamp}
     check_finite(state, t)
     run.save_checkpoint(t, attach_evaluation(state, evaluation, seconds, config_to_dict(cfg)))
     tracker.record(t, evaluation, seconds, config_to_dict(cfg))  # after the checkpoint: the tracker holds saved tasks

@@ -8,12 +8,13 @@ Without it nothing is trained and f is the frozen backbone.
 Phase 2: a feature f (D,) becomes h = act(f W) (M,) with W (D, M) Gaussian, drawn once from
 the run seed and kept for the whole run. Task t adds its un-augmented training samples to the Gram matrix
 G = sum h h^T (M, M) and to C = sum h y^T (M, classes) (y one-hot); then lambda is chosen on a held-out part of
-task t's samples (:func:`select_ridge`) and the classifier is W_o = (G + lambda I)^-1 C (:func:`ridge_solve`).
+task t's samples (:func:`select_ridge`: one eigendecomposition serves every candidate) and the classifier is
+W_o = (G + lambda I)^-1 C (:func:`ridge_solve`).
 A test sample's logits are h W_o; classes not learned yet score -inf. It infers no task id.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -42,16 +43,32 @@ def ridge_solve(gram: Tensor, targets: Tensor, ridge: float) -> Tensor:
     return torch.linalg.solve(gram + ridge * eye, targets)
 
 
+def ridge_family(h: Tensor, y: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+    """One symmetric eigendecomposition of (h (N, M), y (N, K)) serving every ridge: (e (r,), left (M, r),
+    right (r, K)) with W_lambda = (h^T h + lambda I)^-1 h^T y = left diag(1 / (e + lambda)) right.
+
+    N >= M: h^T h = V diag(e) V^T, left = V, right = V^T h^T y. N < M (the official M = 10000 on a task's few
+    hundred samples): the kernel h h^T = U diag(e) U^T (N, N) instead, left = h^T U, right = U^T y, since
+    (h^T h + lambda I)^-1 h^T = h^T (h h^T + lambda I)^-1. Eigenvalues are clamped at 0 (both matrices are PSD)."""
+    if h.shape[0] < h.shape[1]:
+        e, u = torch.linalg.eigh(h @ h.T)
+        return e.clamp_min(0.0), h.T @ u, u.T @ y
+    e, v = torch.linalg.eigh(h.T @ h)
+    return e.clamp_min(0.0), v, v.T @ (h.T @ y)
+
+
 def select_ridge(h: Tensor, y: Tensor, ridges: Sequence[float], val_fraction: float, generator) -> float:
     """The ridge of ``ridges`` whose W_o fitted on a random (1 - val_fraction) part of (h (N, M), y (N, K))
-    predicts the rest with the least mean squared error (first one on ties)."""
+    predicts the rest with the least mean squared error (first one on ties). One decomposition of the fitting
+    part (:func:`ridge_family`) serves every candidate instead of one (M, M) solve each."""
     order = torch.randperm(h.shape[0], generator=generator)
     n_fit = int(h.shape[0] * (1.0 - val_fraction))
     fit, val = order[:n_fit], order[n_fit:]
     if n_fit == 0 or len(val) == 0:
         raise ValueError(f"{h.shape[0]} samples cannot be split by val_fraction={val_fraction}")
-    gram, targets = h[fit].T @ h[fit], h[fit].T @ y[fit]
-    losses = [(h[val] @ ridge_solve(gram, targets, float(r)) - y[val]).pow(2).mean().item() for r in ridges]
+    e, left, right = ridge_family(h[fit], y[fit])
+    val_left, y_val = h[val] @ left, y[val]  # (N_val, r): the held-out predictions are val_left diag(.) right
+    losses = [((val_left / (e + float(r))) @ right - y_val).pow(2).mean().item() for r in ridges]
     return float(ridges[min(range(len(losses)), key=losses.__getitem__)])
 
 

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
-from typing import Iterable, Tuple
+from typing import Iterable, Optional, Tuple
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from ..files import atomic_write_bytes
+from ..outputs import Zone, write_output
 
 PERCENT = (0.0, 100.0)
 
@@ -27,12 +27,13 @@ def figure(width: float, height: float) -> Figure:
     return fig
 
 
-def save_png(fig: Figure, path: Path) -> Path:
-    """Render ``fig`` to PNG bytes and write them atomically to ``path``."""
+def save_png(fig: Figure, path: Path, option: str = "--out", zone: Optional[Zone] = None) -> Path:
+    """Render ``fig`` to PNG bytes and write them through the write guard (:func:`norga.outputs.write_output`) to
+    ``path``; ``zone``: the norga folder (e.g. the run folder) the caller owns, ``option``: the option naming the
+    place."""
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png")
-    atomic_write_bytes(Path(path), buffer.getvalue())
-    return Path(path)
+    return write_output(Path(path), buffer.getvalue(), option, zone)
 
 
 def data_limits(values: Iterable[float], margin: float = 0.05, min_span: float = 1.0,

@@ -19,7 +19,7 @@ Figures are drawn on ``matplotlib.figure.Figure`` with the Agg canvas (never
 pyplot: no GUI backend, no global state) and written atomically (temp file +
 rename). A plot that fails emits a ``RuntimeWarning`` and the others are still
 written: plotting never stops a run. ``comparison_figure`` (``norga.reports.plot_compare``) is the figure of
-``norga.reports.summarize``.
+``norga.commands.summarize``.
 
 Scales are fitted to the data (``norga.reports.plot_scales.data_limits``): the matrices' colour scale spans their
 finite cells (a 94–100 % matrix is not one yellow block), cells are labelled to 0.1 %, and the curves'
@@ -38,7 +38,8 @@ from typing import Callable, Dict, List, Optional, Sequence
 import numpy as np
 from matplotlib.figure import Figure
 
-from .plot_compare import comparison_figure  # noqa: F401 - the figure of norga.reports.summarize, importable from here
+from .plot_compare import comparison_figure  # noqa: F401 - the figure of norga.commands.summarize, importable from here
+from ..outputs import Zone
 from .plot_scales import data_limits, figure as _figure, save_png, scale_label
 from ..toolkit.epochlog import read_epoch_log
 
@@ -222,7 +223,7 @@ def write_run_plots(run_dir: Path, metrics: Optional[dict] = None,
         try:
             fig = make(metrics, records)
             if fig is not None:
-                written.append(save_png(fig, run_dir / PLOT_DIR / name))
+                written.append(save_png(fig, run_dir / PLOT_DIR / name, "--output-dir", Zone(run_dir)))
         except Exception as err:  # noqa: BLE001
             _warn(f"plot {name} failed ({err!r}); the run goes on", log)
     return written

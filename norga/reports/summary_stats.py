@@ -62,7 +62,7 @@ def clip_interval(e: Estimate, bounds: Optional[Tuple[float, float]]) -> Tuple[E
 
 # What each metric can take, in % (points): the t interval assumes normal values and with few seeds it can reach
 # past these (FA 99 and 100 over 2 seeds: [93.2, 105.8]); norga summarize's tables, CSV and figure show it clipped,
-# with a note. Keys are norga.reports.summarize.METRICS.
+# with a note. Keys are norga.engine.summary_runs.METRICS.
 BOUNDS: Dict[str, Tuple[float, float]] = {"FA": (0.0, 100.0), "CA": (0.0, 100.0), "TIL FA": (0.0, 100.0),
                                           "TII acc": (0.0, 100.0), "FM": (-100.0, 100.0), "BWT": (-100.0, 100.0)}
 DIFFERENCE_BOUNDS = (-100.0, 100.0)  # a paired difference of two percentages

@@ -22,6 +22,7 @@ from ..errors import DIVERGED_EXIT
 from . import estimate as est
 from .inputs import missing_inputs
 from .manifest import DEFAULT_NAME, QUICK_NAME, ManifestError, load_manifest, manifest_file, parse_shard, select
+from ..outputs import OUTPUT_FILE, OUTPUT_FOLDER
 from .report import aggregate, fill_readme, markdown, write_report
 from .runner import check_configs, expand, parse_pairs, run_all
 
@@ -39,7 +40,7 @@ def parser() -> argparse.ArgumentParser:
                    help="methods (norga hideprompt ...), benchmarks (cifar100 ...) or cell-id patterns (t1-cifar100-*)")
     p.add_argument("--shard", default=None, metavar="I/N", help="run shard I of N (0-based) of the selected cells")
     p.add_argument("--seeds", type=int, default=None, metavar="K", help="only the first K seeds of every cell")
-    p.add_argument("--out", type=Path, default=None, help="folder of the run folders and the report "
+    p.add_argument("--out", type=OUTPUT_FOLDER, default=None, help="folder of the run folders and the report "
                    "(default runs/reproduce, runs/quick_gpu with --quick-gpu)")
     p.add_argument("--set", dest="extra", action="append", default=[], metavar="KEY=VALUE",
                    help="override for every run, e.g. --set device=cuda --set amp=bf16 (repeatable)")
@@ -52,12 +53,13 @@ def parser() -> argparse.ArgumentParser:
     mode.add_argument("--dry-run", action="store_true", help="list the runs with status and estimated time/memory")
     mode.add_argument("--report", action="store_true", help="only (re)write the report from the run folders")
     mode.add_argument("--print-commands", action="store_true", help="print one norga train command per run")
-    p.add_argument("--feature-cache", type=Path, default=None, metavar="DIR",
-                   help="a frozen-feature store shared by every run (norga train --feature-cache; docs/feature-store.md): "
+    p.add_argument("--feature-cache", type=OUTPUT_FOLDER, default=None, metavar="DIR",
+                   help="a frozen-feature store shared by every run (norga train --feature-cache; "
+                        "docs/feature-store.md): "
                         "the seeds and cells of one backbone and data set compute each frozen feature once")
     p.add_argument("--nproc", type=int, default=1, help="with --print-commands: torchrun processes per run")
     p.add_argument("--no-estimate", action="store_true", help="--dry-run without the timing measurement")
-    p.add_argument("--readme", type=Path, default=None, metavar="README.md",
+    p.add_argument("--readme", type=OUTPUT_FILE, default=None, metavar="README.md",
                    help="with --report: fill the file's <!-- reproduce:gpu --> table with the complete cells")
     p.add_argument("--quick-gpu", action="store_true", help=f"the 30-minute GPU check (the shipped {QUICK_NAME})")
     return p
@@ -145,13 +147,12 @@ def report(cells, out: Path, title: str, quick_records: Optional[dict] = None, s
             print(f"{fill_readme(readme, rows)} line(s) written into {readme}'s reproduced-on-GPU table")
         except (OSError, ValueError) as err:
             raise ManifestError(f"--readme: {err}") from None
-    paths = write_report(rows, out, title, {"quick_gpu": quick_records} if quick_records else None)
-    if quick_records:
-        from .quick import timing_lines
+    from .quick import timing_lines
 
-        with open(paths[0], "a") as f:
-            f.write(timing_lines(quick_records))
-        print(timing_lines(quick_records).strip())
+    appendix = timing_lines(quick_records) if quick_records else ""
+    paths = write_report(rows, out, title, {"quick_gpu": quick_records} if quick_records else None, appendix)
+    if quick_records:
+        print(appendix.strip())
     print("\n".join(line for line in markdown(rows, title, out).splitlines() if line.startswith("|")))
     print(f"-> {paths[0]}, {paths[1]}")
 
@@ -176,6 +177,10 @@ def run_reproduce(args) -> int:
         report(cells, out, title, seeds=args.seeds, readme=args.readme)
         return 0
     configs = check_configs(runs)  # torch-free: every config mistake before anything runs
+    if args.feature_cache is not None:
+        from ..toolkit.store_folder import check_store
+
+        check_store(args.feature_cache)
     if args.quick_gpu and not args.print_commands:
         from .quick import expected_line
 

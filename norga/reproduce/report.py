@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from ..files import atomic_write_bytes
+from ..outputs import check_output, edit_named_file, write_output
 from ..reports.summary_stats import describe
 from .manifest import METRICS, Cell
 from .runner import folder_status, read_metrics
@@ -120,13 +120,17 @@ def markdown(rows: Sequence[dict], title: str, out: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_report(rows: Sequence[dict], out: Path, title: str, extra: Optional[dict] = None) -> List[Path]:
-    """Write ``OUT/reproduce.md`` and ``OUT/reproduce.json`` (rows + ``extra``); returns the two paths."""
+def write_report(rows: Sequence[dict], out: Path, title: str, extra: Optional[dict] = None,
+                 appendix: str = "") -> List[Path]:
+    """Write ``OUT/reproduce.md`` (the table, then ``appendix``) and ``OUT/reproduce.json`` (rows + ``extra``)
+    through the write guard; returns the two paths."""
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     md, js = out / "reproduce.md", out / "reproduce.json"
-    atomic_write_bytes(md, markdown(rows, title, out).encode())
-    atomic_write_bytes(js, (json.dumps({"title": title, "cells": list(rows), **(extra or {})}, indent=1) + "\n").encode())
+    for path in (md, js):  # both checked before either is written
+        check_output(path, "--out")
+    write_output(md, (markdown(rows, title, out) + appendix).encode(), "--out")
+    write_output(js, (json.dumps({"title": title, "cells": list(rows), **(extra or {})}, indent=1) + "\n").encode(),
+                 "--out")
     return [md, js]
 
 
@@ -161,5 +165,5 @@ def fill_readme(path: Path, rows: Sequence[dict]) -> int:
     head, rest = text.split(start, 1)
     tail = rest.split(end, 1)[1]
     lines = summary_lines(rows)
-    atomic_write_bytes(path, (head + start + "\n".join(lines) + "\n" + end + tail).encode())
+    edit_named_file(path, (head + start + "\n".join(lines) + "\n" + end + tail).encode(), "--readme")
     return sum(line.startswith("| ") and not line.startswith("| cell |") for line in lines)

@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 from ..config import ConfigError
-from ..files import atomic_write_bytes
+from ..outputs import Zone, check_output, make_output_folder, write_output
 
 FILENAME = "epochs.jsonl"
 _current: Optional["EpochLog"] = None
@@ -95,7 +95,9 @@ class EpochLog:
     def __init__(self, run_dir: Path, tensorboard: bool = False, completed_tasks: Optional[int] = None,
                  trackers=None):
         self.path = Path(run_dir) / FILENAME
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._zone = Zone(Path(run_dir), frozenset({FILENAME}))  # appended to: checked once by the write guard
+        check_output(self.path, "--output-dir", self._zone)
+        make_output_folder(self.path.parent)
         kept = self._drop_unfinished(completed_tasks)
         self._steps: Dict[str, int] = {}
         for record in kept:
@@ -103,7 +105,7 @@ class EpochLog:
             self._steps[stage] = self._steps.get(stage, 0) + 1
         self._writer = _summary_writer(Path(run_dir) / "tensorboard") if tensorboard else None
         self._trackers = trackers  # a norga.toolkit.trackers.TrackerSet (its scalars(values, step)) or None
-        self._file = open(self.path, "a", encoding="utf-8")
+        self._file = open(self.path, "a", encoding="utf-8")  # guarded: appended to, checked above
         self._start = time.time()
 
     def _drop_unfinished(self, completed_tasks: Optional[int]) -> List[Dict[str, Any]]:
@@ -113,7 +115,7 @@ class EpochLog:
         kept = [r for r in records if isinstance(r.get("task"), int) and r["task"] < limit]
         if self.path.is_file():  # rewritten whole: also drops a line truncated by a kill
             text = "".join(json.dumps(r) + "\n" for r in kept)
-            atomic_write_bytes(self.path, text.encode("utf-8"))
+            write_output(self.path, text.encode("utf-8"), "--output-dir", self._zone)
         return kept
 
     def write(self, stage: str, task: int, epoch: int, **values: Any) -> Dict[str, Any]:

@@ -30,10 +30,10 @@ from torch.utils.data import DataLoader, Subset
 from tqdm.auto import tqdm
 
 from ..errors import NorgaError
-from ..files import atomic_write_bytes
+from ..outputs import Zone, write_output
 from .stages import extract_features
 
-FORMAT = "norga-feature-store/1"
+from .store_folder import FORMAT, OPTION, claim_store
 KEY_BYTES = 16
 
 
@@ -146,7 +146,7 @@ class FeatureStore:
         text = json.dumps(fields, indent=1, sort_keys=True) + "\n"
         folder = self.root / hashlib.sha256(text.encode()).hexdigest()[:32]
         if not (folder / "space.json").is_file():
-            atomic_write_bytes(folder / "space.json", text.encode())
+            write_output(folder / "space.json", text.encode(), OPTION, Zone(self.root))
         return folder
 
     def _fill(self, space: Path, keys: np.ndarray, feats: Tensor) -> List[int]:
@@ -197,7 +197,7 @@ class FeatureStore:
         tensors = {"keys": torch.from_numpy(keys[first].copy()), "features": features[first].contiguous()}
         checksum = tensor_checksum(tensors)
         path = space / f"part-{checksum[:32]}.safetensors"
-        atomic_write_bytes(path, save(tensors, metadata={"format": FORMAT, "sha256": checksum}))
+        write_output(path, save(tensors, metadata={"format": FORMAT, "sha256": checksum}), OPTION, Zone(self.root))
         self._keep(path, tensors)
 
     def _compute(self, model: nn.Module, subset: Subset, device, desc: str) -> Tensor:
@@ -219,12 +219,7 @@ def open_store(root: Path, vit: nn.Module, cfg, log=None) -> FeatureStore:
 
     from .devices import loader_options, resolve_device
 
-    root = Path(root)
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise NorgaError(f"--feature-cache {root}: cannot create the folder ({err.strerror or err}); pass a "
-                         "writable folder") from err
+    root = claim_store(Path(root))
     context = {"device_type": resolve_device(cfg.device).type, "amp": str(cfg.amp), "compile": str(cfg.compile),
                "torch": torch.__version__, "timm": timm.__version__}
     return FeatureStore(root, tensor_checksum(vit.state_dict()), context, cfg.eval_batch_size,

@@ -16,19 +16,24 @@ from pathlib import Path
 from typing import Dict, List, Sequence
 
 from ...config import ConfigError
-from ...files import atomic_write_bytes
+from ...outputs import Zone, write_output
 from .base import Tracker, TRACKERS, register_tracker
 from . import tensorboard, wandb, mlflow  # noqa: F401 - registers the backends
 
 STATE_FILE = "trackers.json"
 
 
-def check_trackers(names: Sequence[str]) -> None:
-    """One ConfigError line for an unknown tracker, a missing package or a login problem (nothing is written)."""
+def check_trackers(names: Sequence[str], logging_cfg=None) -> None:
+    """One ConfigError line for an unknown tracker, a missing package or a login problem (nothing is written);
+    ``logging_cfg``: the config's ``logging`` section, so that a tracker asked for by the older key
+    ``logging.tensorboard: true`` is fixed by that key, not by editing ``logging.trackers``."""
+    listed = set(getattr(logging_cfg, "trackers", None) or names)
     for name in names:
         if name not in TRACKERS:
             raise ConfigError(f"logging.trackers: unknown tracker {name!r}; choose from {', '.join(sorted(TRACKERS))}")
         problem = TRACKERS[name].problem()
+        if problem and name not in listed:  # asked for by logging.<name>: true
+            problem = problem.replace(f"remove {name} from logging.trackers", f"set logging.{name}=false")
         if problem:
             raise ConfigError(f"logging.trackers: {name}: {problem}")
 
@@ -84,7 +89,8 @@ def tracker_names(logging_cfg) -> List[str]:
 
 
 def open_trackers(run_dir: Path, names: Sequence[str], config: dict, log=None) -> TrackerSet:
-    """Start (or, with ids in ``trackers.json``, resume) each tracker; logs the resolved config to each."""
+    """Start (or, with ids in ``trackers.json``, resume) each tracker; logs the resolved config to each and,
+    to ``log``, the line each tracker gives about where it writes (e.g. MLflow's store)."""
     path = Path(run_dir) / STATE_FILE
     saved = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
     trackers: List[Tracker] = []
@@ -96,9 +102,13 @@ def open_trackers(run_dir: Path, names: Sequence[str], config: dict, log=None) -
             first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             raise ConfigError(f"logging.trackers: {name} could not start ({first}); fix it or remove {name} "
                               "from logging.trackers (nothing was trained)") from err
+    for tracker in trackers:
+        if tracker.where and log is not None:
+            log.info(f"{tracker.name}: {tracker.where}")
     state = {**saved, **{t.name: t.state() for t in trackers}}
     if names:
-        atomic_write_bytes(path, (json.dumps(state, indent=2, sort_keys=True) + "\n").encode("utf-8"))
+        write_output(path, (json.dumps(state, indent=2, sort_keys=True) + "\n").encode("utf-8"), "--output-dir",
+                     Zone(Path(run_dir), frozenset({STATE_FILE})))
     return TrackerSet(trackers, log)
 
 

@@ -21,6 +21,7 @@ class Tracker:
     name = ""
     package = ""  # the import name whose absence makes the tracker unusable
     extra = ""  # the norga extra installing it
+    where: Optional[str] = None  # set by __init__: one line for the run's log saying where the tracker writes
 
     def __init__(self, run_dir: Path, config: dict, resume: dict):
         self.run_dir = run_dir

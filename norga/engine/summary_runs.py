@@ -1,9 +1,10 @@
 """The run folders ``norga summarize`` reads: which runs count, which are left out and why, groups and their names.
 
 A run counts when its ``metrics.json`` describes all its tasks with ``status`` complete (or no status: older
-norga). Failed runs and incomplete ones (killed, interrupted) are excluded with the reason; a run whose tasks were
-trained with different configs (``mixed_config``) is refused unless ``allow_mixed``. The runs of a group must have
-the same config except the seed (and ``logging``).
+norga) and agrees with the evaluation rows its checkpoints record (:func:`verified`). Failed runs and incomplete
+ones (killed, interrupted) are excluded with the reason; a run whose tasks were trained with different configs
+(``mixed_config``) or inputs (``mixed_inputs``: backbone weights, data split) is refused unless ``allow_mixed``.
+The runs of a group must have the same config except the seed (and ``logging``).
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import yaml
 
-from .summary_stats import Estimate, describe
+from ..reports.summary_stats import Estimate, describe
 
 METRICS: Tuple[str, ...] = ("FA", "CA", "FM", "BWT", "TIL FA", "TII acc")
 IGNORED_KEYS: Tuple[str, ...] = ("seed", "logging")  # never change what a run learns
@@ -88,12 +89,31 @@ def load_run(path: Path, allow_mixed: bool = False) -> Tuple[Optional[Run], str]
     if done is None or total is None or done < total:
         how = f" (interrupted in task {stopped.get('task')})" if metrics.get("status") == "interrupted" else ""
         return None, f"incomplete: {done}/{total} tasks completed{how}"
+    metrics = verified(path, metrics)
     if metrics.get("mixed_config") and not allow_mixed:
         changes = [sorted(h.get("changed", {})) for h in metrics.get("config_history", [])[1:]]
         raise SummaryError(f"{path} was trained with different configs across its tasks (--force; changed: "
                            f"{changes}, see config_history in its metrics.json): its numbers are not those of one "
                            "config; leave it out, or pass --allow-mixed to pool it anyway")
+    if metrics.get("mixed_inputs") and not allow_mixed:
+        changes = [sorted(h.get("changed", {})) for h in metrics.get("inputs_history", [])[1:]]
+        raise SummaryError(f"{path} was trained on different inputs across its tasks (--force; changed: {changes}, "
+                           "see inputs_history in its metrics.json): its numbers are not those of one backbone and "
+                           "data split; leave it out, or pass --allow-mixed to pool it anyway")
     return Run(path, config, metrics), ""
+
+
+def verified(path: Path, metrics: dict) -> dict:
+    """``metrics`` of a finished run after checking them against its checkpoints' evaluation rows
+    (:func:`norga.engine.run_truth.check_metrics`: one RunError naming metrics.json and the fix). A folder with
+    neither a run marker nor checkpoints (hand-made, or its checkpoints deleted) cannot be checked and is taken as
+    it is."""
+    if not (path / "norga-run.json").is_file() and not (path / "checkpoints").is_dir():
+        return metrics
+    from .run_folder import RunDir  # torch: only for folders that have checkpoints to read
+    from .run_truth import check_metrics
+
+    return check_metrics(RunDir(path), metrics)
 
 
 def flatten(config: dict, prefix: str = "") -> Dict[str, object]:

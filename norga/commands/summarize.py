@@ -1,6 +1,6 @@
 """Aggregate run folders over seeds: mean ± std and 95% intervals, paired differences, a figure.
 
-    python -m norga.reports.summarize runs/c100_norga_s42 runs/c100_norga_s43 runs/c100_norga_s44 \\
+    norga summarize runs/c100_norga_s42 runs/c100_norga_s43 runs/c100_norga_s44 \\
         [--vs runs/c100_hide_s42 runs/c100_hide_s43 runs/c100_hide_s44] [--out DIR]
 
 Each argument is a run folder written by ``train.py`` (``config.yaml`` + ``metrics.json``).
@@ -32,9 +32,10 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from .summary_stats import BOUNDS, CLIPPED, DIFFERENCE_BOUNDS, Estimate, clip_note, paired, shown_interval
+from ..outputs import OUTPUT_FOLDER
+from ..reports.summary_stats import BOUNDS, CLIPPED, DIFFERENCE_BOUNDS, Estimate, clip_note, paired, shown_interval
 
-from .summary_runs import (IGNORED_KEYS, METRICS, PAPER_METRICS, Group, Run, SummaryError,  # noqa: F401
+from ..engine.summary_runs import (IGNORED_KEYS, METRICS, PAPER_METRICS, Group, Run, SummaryError,  # noqa: F401
                            check_comparable, differing_keys, flatten, group_name, load_group, load_run)
 
 
@@ -115,18 +116,18 @@ SUMMARY_FILES = ("summary.md", "summary.csv", "comparison.png")
 
 
 def out_problem(out: Path) -> Optional[str]:
-    """Why ``--out`` must not be written (a file; summary files there that norga summarize did not write, known by
-    the header of its summary.csv), or None: norga never replaces a file the user wrote."""
+    """Why ``--out`` must not be written, or None. The write guard (:mod:`norga.outputs`) decides for every file
+    before any is written: a file, a folder inside a run folder or an export, or summary files there that norga
+    did not write or that were edited since are refused: norga never replaces a file the user wrote."""
+    from ..outputs import OutputRefused, check_output
+
     if out.exists() and not out.is_dir():
         return f"--out {out} exists and is not a folder; choose another --out"
-    present = [name for name in SUMMARY_FILES if (out / name).exists()]
     try:
-        ours = (out / "summary.csv").read_text().splitlines()[0] == ",".join(CSV_COLUMNS)
-    except (OSError, IndexError, UnicodeDecodeError):
-        ours = False
-    if present and not ours:
-        return (f"--out {out} holds {', '.join(present)} not written by norga summarize; norga never replaces your "
-                "files: choose another --out")
+        for name in SUMMARY_FILES:
+            check_output(out / name, "--out")
+    except OutputRefused as err:
+        return str(err)
     return None
 
 
@@ -160,6 +161,10 @@ def build(args) -> Tuple[List[Group], Optional[tuple], Dict[str, list]]:
     groups = [load_group(args.runs, args.name, "A", ignore, allow_mixed=args.allow_mixed)]
     pair, between = None, {}
     if args.vs:
+        same = sorted({str(p) for p in args.vs if p.resolve() in {r.resolve() for r in args.runs}})
+        if same:
+            raise SummaryError(f"--vs names run folders of the first group too ({', '.join(same)}): a run compared "
+                               "with itself differs by zero; give the other configuration's runs after --vs")
         groups.append(load_group(args.vs, args.vs_name, "B", ignore, allow_mixed=args.allow_mixed))
         if groups[1].name == groups[0].name:
             groups[0].name, groups[1].name = groups[0].name + " (A)", groups[1].name + " (B)"
@@ -173,12 +178,11 @@ def build(args) -> Tuple[List[Group], Optional[tuple], Dict[str, list]]:
 
 
 def write_outputs(out: Path, groups: Sequence[Group], pair, text: str) -> List[Path]:
-    from ..files import atomic_write_bytes
-    from .plots import comparison_figure
+    from ..outputs import write_output
+    from ..reports.plots import comparison_figure
 
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(out / "summary.md", (text + "\n").encode("utf-8"))
-    atomic_write_bytes(out / "summary.csv", csv_text(groups, pair).encode("utf-8"))
+    write_output(out / "summary.md", (text + "\n").encode("utf-8"), "--out")
+    write_output(out / "summary.csv", csv_text(groups, pair).encode("utf-8"), "--out")
     comparison_figure(out / "comparison.png", groups, METRICS, pair, BOUNDS, DIFFERENCE_BOUNDS)
     return [out / "summary.md", out / "summary.csv", out / "comparison.png"]
 
@@ -192,7 +196,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--vs-name", default=None, help="name of the --vs group")
     p.add_argument("--ignore", action="append", default=[], metavar="KEY",
                    help="config key (or section) allowed to differ inside a group, e.g. device (repeatable)")
-    p.add_argument("--out", type=Path, default=None, help="write summary.md, summary.csv, comparison.png here")
+    p.add_argument("--out", type=OUTPUT_FOLDER, default=None, help="write summary.md, summary.csv, comparison.png here")
     p.add_argument("--allow-mixed", action="store_true",
                    help="pool runs whose tasks were trained with different configs (norga train --force)")
     return p
