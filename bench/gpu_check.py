@@ -4,23 +4,29 @@
     python -m bench.gpu_check --data runs/gpu_check_data --device cuda            # on the GPU machine
     python -m bench.gpu_check --device cpu --tiny                                 # the same code on a CPU, ~1 min
 
-Steps, in order, each in a worker process with its own time budget (``bench.gpu_check_steps.BUDGETS``; a step
-that overruns is stopped and recorded as ``timeout`` with what it measured so far, the next one starts in a new
-worker; a step that cannot get its budget before the check's total runs out is ``skipped`` with the reason):
-environment, attention (fused SDPA at the augmented prefix head dim), smoke (every registered method's smoke
-config, fp32 and bf16), small_task (NoRGa on the prepared CIFAR-100 task, compared with the CPU run), timing
-(prompted ViT-B/16 against plain timm, bf16, eager and compiled, peak memory). Writes ``OUT/gpu_check.json``,
-``OUT/gpu_check.md`` and, on CUDA, ``OUT/gpu_rates.json``. Exit status 0 when every step passed, 1 otherwise,
-2 for unusable input.
+Steps, in order, each in its own worker process with its own time budget counted from the worker's start
+(``bench.gpu_check_steps.BUDGETS``; a step that overruns is stopped and recorded as ``timeout`` with what it
+measured so far; a step that cannot get half its budget before the check's total runs out is ``skipped`` with the
+reason; a step that needs a missing optional package or compiler is ``skipped`` naming it): environment (versions,
+optional packages, compilers; the only step whose failure, no CUDA device, stops the others), attention (fused
+SDPA at the augmented prefix head dim), attention_profile (the backends the profiler sees), smoke (every registered
+method's smoke config, fp32 and bf16), small_task (NoRGa on the prepared CIFAR-100 task, compared with the CPU
+run), timing (prompted ViT-B/16 against plain timm, bf16, eager, peak memory), compile (the same passes compiled;
+optional). After every step ``OUT/gpu_check.json`` and ``OUT/gpu_check.md`` are rewritten (a check killed from
+outside leaves its verdict so far), and on CUDA ``OUT/gpu_rates.json``; run folders (checkpoints) live in a
+scratch folder outside OUT, deleted at the end. Exit status 0 when every step passed, 1 otherwise, 2 for
+unusable input.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Dict, List, Optional
@@ -29,14 +35,14 @@ from norga.errors import NorgaError
 
 from . import gpu_check_prepare as prep
 from .gpu_check_report import write_summary
-from .gpu_check_steps import BUDGETS, STEPS
+from .gpu_check_steps import BUDGETS, REPORT_S, STEPS
 from .gpu_check_worker import EVENTS
 
-# seconds of the whole check from its start (the 8-minute call less ~15 s of interpreter start and imports before
-# it) / --tiny (a bound)
-TOTAL_BUDGET = {False: 465.0, True: 360.0}
-START_UP_S = 15.0  # a worker's imports and CUDA context before its first step (counted against the total)
+# seconds of the whole check from its start: the steps' budgets and the summaries (START_S of process start before
+# it: 15 + 395 + 10 = 420 s on a GPU, docs/gpus.md's table) / --tiny (a bound)
+TOTAL_BUDGET = {False: sum(b[0] for b in BUDGETS.values()) + REPORT_S, True: 420.0}
 MIN_SHARE = 0.5  # a step starts only if at least this share of its budget is left in the check's total
+OUT_LIMIT_MIB = 5  # what --out holds (summaries, rates, logs, metrics; no checkpoints)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -52,7 +58,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=None, help="output folder (default runs/gpu_check/<UTC time>)")
     p.add_argument("--steps", nargs="+", choices=list(STEPS), default=list(STEPS), help="run only these steps")
     p.add_argument("--total-budget", type=float, default=None, metavar="S",
-                   help="seconds for the whole check (default 465; 360 with --tiny)")
+                   help=f"seconds for the whole check (default {TOTAL_BUDGET[False]:.0f}; "
+                   f"{TOTAL_BUDGET[True]:.0f} with --tiny)")
     p.add_argument("--budget-scale", type=float, default=1.0, metavar="F",
                    help="multiply every step's budget and the total by F (> 0): a slower GPU, or a shared CPU")
     return p
@@ -63,6 +70,7 @@ class Watch:
 
     def __init__(self, path: Path, records: Dict[str, dict]):
         self.path, self.records, self.offset, self.current = path, records, 0, None
+        self.offset = path.stat().st_size if path.is_file() else 0
 
     def poll(self) -> None:
         if not self.path.is_file():
@@ -77,88 +85,133 @@ class Watch:
 
     def take(self, event: dict) -> None:
         step, kind = event["step"], event["event"]
-        record = self.records.setdefault(step, {"status": "running", "partials": {}})
+        record = self.records[step]
         if kind == "start":
-            record["started"], self.current = event["time"], step
+            record.update(status="running", started=event["time"])
+            self.current = step
         elif kind == "partial":
-            record["partials"][event["key"]] = event["value"]
+            record.setdefault("partials", {})[event["key"]] = event["value"]
         else:
-            record.update({k: event[k] for k in ("status", "result", "error", "seconds") if k in event})
+            keys = ("status", "result", "error", "reason", "missing", "fatal", "seconds")
+            record.update({k: event[k] for k in keys if k in event})
             self.current = None
 
 
-def run_worker(plan: dict, out: Path, records: Dict[str, dict], budgets: Dict[str, float], deadline: float) -> int:
-    """One worker over ``plan``'s steps until it exits, or until its current step overruns (then it is killed);
-    the worker's exit status."""
+class Terminated(Exception):
+    """SIGTERM (e.g. the outer ``timeout``): stop the worker, write the summary, exit."""
+
+
+def on_sigterm(signum, frame):
+    raise Terminated()
+
+
+def spawn(plan: dict, out: Path) -> subprocess.Popen:
+    """A worker process over ``plan`` from the checkout (``PYTHONPATH``, no install), in its own process group."""
     plan_path = out / "plan.json"
     plan_path.write_text(json.dumps(plan))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(prep.REPO), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.Popen([sys.executable, "-m", "bench.gpu_check_worker", str(plan_path)], cwd=prep.REPO, env=env,
+    return subprocess.Popen([sys.executable, "-m", "bench.gpu_check_worker", str(plan_path)], cwd=prep.REPO, env=env,
                             start_new_session=True)
-    watch = Watch(out / EVENTS, records)
-    watch.offset = (out / EVENTS).stat().st_size if (out / EVENTS).is_file() else 0
-    while True:
+
+
+def stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)  # the worker's own process group (start_new_session)
+        proc.wait()
+
+
+def run_step(check: "Check", step: str) -> None:
+    """``step`` in a new worker, stopped at its deadline (worker start-up included); its record is final after."""
+    spawned = time.time()
+    deadline = min(spawned + check.budgets[step], check.deadline)
+    record = check.records[step]
+    record.update(status="starting", spawned=spawned)
+    proc = spawn({**check.plan, "steps": [step], "deadlines": {step: deadline}}, check.out)
+    record["worker_pid"] = proc.pid
+    watch = Watch(check.out / EVENTS, check.records)
+    try:
+        while proc.poll() is None and time.time() < deadline:
+            watch.poll()
+            time.sleep(0.2)
+        exited = proc.poll() is not None
+    finally:
+        stop(proc)
         watch.poll()
-        if proc.poll() is not None:
-            watch.poll()
-            if watch.current is not None:  # died inside a step (a crash, not an exception)
-                records[watch.current].update(status="crashed", reason=f"the worker exited with status "
-                                              f"{proc.returncode} inside this step (its output is above)")
-            return proc.returncode
-        step = watch.current
-        if step is not None and time.time() > min(records[step]["started"] + budgets[step], deadline):
-            os.killpg(proc.pid, signal.SIGKILL)  # the worker's own process group (start_new_session)
-            proc.wait()
-            watch.poll()
-            ran = round(time.time() - records[step]["started"], 1)
-            records[step].update(status="timeout", seconds=ran, reason=f"stopped after {ran} s (budget "
-                                 f"{budgets[step]:.0f} s); its measurements so far are kept")
-            print(f"[gpu_check] {step}: stopped at its budget ({budgets[step]:.0f} s)", flush=True)
-            return proc.returncode
-        time.sleep(0.2)
+    ran = round(time.time() - spawned, 1)
+    record["wall_s"] = ran  # from the worker's start: what the budget counts
+    if record["status"] in ("starting", "running") and exited:
+        record.update(status="crashed", seconds=ran, reason=f"the worker exited with status {proc.returncode} "
+                      f"{'inside' if record['status'] == 'running' else 'before'} this step (its output is above)")
+    elif record["status"] in ("starting", "running"):
+        where = "" if record["status"] == "running" else " before the step began (imports, CUDA context)"
+        record.update(status="timeout", seconds=ran, reason=f"stopped after {ran} s{where} (budget "
+                      f"{check.budgets[step]:.0f} s); its measurements so far are kept")
+        print(f"[gpu_check] {step}: stopped at its budget ({check.budgets[step]:.0f} s)", flush=True)
 
 
-def run_check(args, out: Path, data: Optional[Path]) -> int:
-    started = time.time()
-    total = (args.total_budget or TOTAL_BUDGET[args.tiny]) * args.budget_scale
-    deadline = started + total
-    budgets = {s: float(BUDGETS[s][args.tiny]) * args.budget_scale for s in args.steps}
-    records: Dict[str, dict] = {}
-    pending: List[str] = list(args.steps)
-    while pending:
-        left = deadline - time.time() - START_UP_S
-        for step in [s for s in pending if left < MIN_SHARE * budgets[s]]:
-            records[step] = {"status": "skipped", "budget_s": budgets[step],
-                             "reason": f"{max(left, 0):.0f} s of the check's {total:.0f} s were left"}
-        pending = [s for s in pending if s not in records]
-        if not pending:
-            break
-        plan = {"steps": pending, "device": args.device, "tiny": args.tiny, "data": str(data) if data else None,
-                "out": str(out), "budgets": budgets, "check_deadline": deadline}
-        status = run_worker(plan, out, records, budgets, deadline)
-        if not any(s in records for s in pending):  # the worker died before its first step (e.g. an import)
-            records[pending[0]] = {"status": "crashed", "reason": f"the worker exited with status {status} before "
-                                   "this step started (its output is above)"}
-        for step in pending:
-            if step in records:
-                records[step]["budget_s"] = budgets[step]
-        if records.get("environment", {}).get("status", "ok") != "ok":
-            for step in pending:
-                records.setdefault(step, {"status": "skipped", "budget_s": budgets[step],
-                                          "reason": "the environment step failed (see its error)"})
-        pending = [s for s in pending if s not in records]
-    records = {s: records[s] for s in args.steps}
-    meta = {"device": args.device, "tiny": args.tiny, "data": str(data), "total_budget_s": total,
-            "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(started)),
-            "wall_s": round(time.time() - started, 1), "argv": sys.argv[1:]}
-    meta["torch"] = (records.get("environment", {}).get("result") or {}).get("torch")
-    paths = write_summary(out, meta, records)
+class Check:
+    """One run of the check: its clock, budgets, records and plan; writes the summary after every step."""
+
+    def __init__(self, args, out: Path, data: Path, scratch: Path, started: float):
+        self.args, self.out, self.data, self.started = args, out, data, started
+        self.total = (args.total_budget or TOTAL_BUDGET[args.tiny]) * args.budget_scale
+        self.deadline = started + self.total
+        self.budgets = {s: float(BUDGETS[s][args.tiny]) * args.budget_scale for s in args.steps}
+        self.records = {s: {"status": "pending", "budget_s": self.budgets[s]} for s in args.steps}
+        self.plan = {"device": args.device, "tiny": args.tiny, "data": str(data), "out": str(out),
+                     "scratch": str(scratch), "check_deadline": self.deadline}
+
+    def blocked(self, step: str) -> Optional[str]:
+        """Why ``step`` cannot start (no time left, or the device is missing), or None."""
+        env = self.records.get("environment", {})
+        if env.get("status") == "failed" and env.get("fatal"):
+            return "the environment step found no usable device (see its error)"
+        left = self.deadline - time.time()
+        if left < MIN_SHARE * self.budgets[step]:
+            return f"{max(left, 0):.0f} s of the check's {self.total:.0f} s were left"
+        return None
+
+    def run(self) -> None:
+        for step in self.args.steps:
+            reason = self.blocked(step)
+            if reason:
+                self.records[step].update(status="skipped", reason=reason)
+            else:
+                run_step(self, step)
+            self.publish(final=False)
+
+    def publish(self, final: bool) -> List[Path]:
+        meta = {"device": self.args.device, "tiny": self.args.tiny, "data": str(self.data),
+                "total_budget_s": self.total, "provisional": not final,
+                "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.started)),
+                "wall_s": round(time.time() - self.started, 1), "argv": sys.argv[1:], "out_limit_mib": OUT_LIMIT_MIB,
+                "out_mib": round(prep.folder_bytes(self.out) / 2 ** 20, 3)}
+        meta["torch"] = (self.records.get("environment", {}).get("result") or {}).get("torch")
+        return write_summary(self.out, meta, self.records)
+
+
+def run_check(args, out: Path, data: Path, scratch: Path, started: float) -> int:
+    check = Check(args, out, data, scratch, started)
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        check.run()
+    except (Terminated, KeyboardInterrupt):
+        for record in check.records.values():
+            if record["status"] in ("starting", "running"):
+                record.update(status="stopped", reason="the check was stopped from outside (SIGTERM / Ctrl-C) "
+                              "during this step; its measurements so far are kept")
+            elif record["status"] == "pending":
+                record.update(status="skipped", reason="the check was stopped from outside (SIGTERM / Ctrl-C)")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    paths = check.publish(final=True)
     print((out / "gpu_check.md").read_text())
     print("-> " + ", ".join(str(p) for p in paths))
     return 0 if json.loads(paths[0].read_text())["passed"] else 1
 
 
 def main(argv=None) -> int:
+    started = time.time()
     p = parser()
     args = p.parse_args(argv)
     if args.budget_scale <= 0:
@@ -172,13 +225,17 @@ def main(argv=None) -> int:
         if (out / "gpu_check.json").exists():
             raise NorgaError(f"{out} already holds a GPU check; give another --out")
         out.mkdir(parents=True, exist_ok=True)
-        data = args.data
-        if data is None:
-            if not args.tiny:
-                raise NorgaError("give --data DIR, the folder made by --prepare DIR on a machine with ../shared")
-            data = prep.make_tiny_folder(out / "tiny_data")
-        prep.verify(data)
-        return run_check(args, out.resolve(), Path(data).resolve())
+        scratch = Path(tempfile.mkdtemp(prefix="gpu_check_scratch_"))  # run folders, checkpoints: not in --out
+        try:
+            data = args.data
+            if data is None:
+                if not args.tiny:
+                    raise NorgaError("give --data DIR, the folder made by --prepare DIR on a machine with ../shared")
+                data = prep.make_tiny_folder(scratch / "tiny_data")
+            prep.verify(data)
+            return run_check(args, out.resolve(), Path(data).resolve(), scratch, started)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
     except NorgaError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -8,8 +8,10 @@ Two probes per dtype (fp32, bf16):
 * **profiled**: the same prefix call unrestricted under ``torch.profiler``: the SDPA kernels PyTorch picked by
   itself, named (flash / memory-efficient / math, and the CPU's own flash kernel on the CPU).
 
-On CUDA the step passes when both dtypes run restricted and the profiler saw no math kernel; on the CPU it
-reports the backends only (CUDA's fused kernels do not exist there).
+The restricted probes are the ``attention`` step, the profiled one the ``attention_profile`` step, in its own
+worker process (the profiler's CUPTI session stays out of the worker that times). On CUDA the first passes when
+both dtypes run restricted, the second when the profiler saw a fused kernel and no math kernel; on the CPU both
+report only (CUDA's fused kernels do not exist there).
 """
 from __future__ import annotations
 
@@ -95,21 +97,42 @@ def profiled(call: Callable[[], None], device: torch.device) -> Dict[str, List[s
     return {"backends": backend_of(names), "kernels": names[:12]}
 
 
-def sdpa_check(vit: torch.nn.Module, device: torch.device, size: int) -> dict:
-    """The step's result: per dtype the restricted and profiled probes, the head dims, and ``passed``."""
+def shapes(vit: torch.nn.Module, device: torch.device) -> dict:
+    """The head dims of ``vit``'s attention and the augmented dim SDPA gets (the common part of both probes)."""
     heads, head_dim = vit.blocks[0].attn.num_heads, vit.blocks[0].attn.head_dim
-    shape = (4, heads, vit.patch_embed.num_patches + 1, head_dim)
-    out = {"head_dim": head_dim, "prefix_length": PREFIX_LENGTH,
-           "augmented_head_dim": padded_head_dim(head_dim + PREFIX_LENGTH), "device": str(device), "dtypes": {}}
-    for amp, dtype in (("off", torch.float32), ("bf16", torch.bfloat16)):
-        call = prefix_call(shape, dtype, device)
-        out["dtypes"][amp] = {"prefix_restricted": restricted(call), "prefix_profiled": profiled(call, device),
+    return {"head_dim": head_dim, "prefix_length": PREFIX_LENGTH, "heads": heads,
+            "tokens": vit.patch_embed.num_patches + 1,
+            "augmented_head_dim": padded_head_dim(head_dim + PREFIX_LENGTH), "device": str(device), "dtypes": {}}
+
+
+DTYPES = (("off", torch.float32), ("bf16", torch.bfloat16))
+CPU_NOTE = "CPU: backends reported only (CUDA's flash / memory-efficient kernels are not on the CPU)"
+
+
+def sdpa_check(vit: torch.nn.Module, device: torch.device, size: int) -> dict:
+    """The attention step (no profiler): per dtype the prefix call and the whole model under the fused backends
+    only; on CUDA ``passed`` when all ran, on the CPU None (reported)."""
+    out = shapes(vit, device)
+    shape = (4, out["heads"], out["tokens"], out["head_dim"])
+    for amp, dtype in DTYPES:
+        out["dtypes"][amp] = {"prefix_restricted": restricted(prefix_call(shape, dtype, device)),
                               "model_restricted": restricted(model_call(vit, amp, device, size))}
     if device.type != "cuda":
-        out["passed"] = None
-        out["note"] = "CPU: backends reported only (CUDA's flash / memory-efficient kernels are not on the CPU)"
-        return out
+        return {**out, "passed": None, "note": CPU_NOTE}
     out["passed"] = all(d["prefix_restricted"]["status"] == d["model_restricted"]["status"] == "ok"
-                        and "math" not in d["prefix_profiled"]["backends"] and d["prefix_profiled"]["backends"]
+                        for d in out["dtypes"].values())
+    return out
+
+
+def profile_check(vit: torch.nn.Module, device: torch.device) -> dict:
+    """The attention_profile step (its own worker: CUPTI stays out of the timed steps): per dtype the backends the
+    profiler saw for the unrestricted prefix call; on CUDA ``passed`` when each dtype named one and no math."""
+    out = shapes(vit, device)
+    shape = (4, out["heads"], out["tokens"], out["head_dim"])
+    for amp, dtype in DTYPES:
+        out["dtypes"][amp] = {"prefix_profiled": profiled(prefix_call(shape, dtype, device), device)}
+    if device.type != "cuda":
+        return {**out, "passed": None, "note": CPU_NOTE}
+    out["passed"] = all(d["prefix_profiled"]["backends"] and "math" not in d["prefix_profiled"]["backends"]
                         for d in out["dtypes"].values())
     return out

@@ -17,11 +17,14 @@ and a random 2-block ViT), through the same code (``--tiny`` without ``--data`` 
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import platform
 import subprocess
+import sys
 import tempfile
 import time
+import types
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
@@ -40,6 +43,11 @@ LIMIT_BYTES = 60 * 2 ** 20
 DATA, WEIGHTS, CONFIG, REFERENCE, MANIFEST = "data.npz", "weights.safetensors", "config.yaml", "reference.json", \
     "manifest.json"
 LISTED = (DATA, WEIGHTS, CONFIG, REFERENCE)
+# TAP sized to the check: the shipped NoRGa config's 80 epochs x 640 pseudo-features per seen class are, over tasks
+# 1-4 (20 + 30 + 40 + 50 = 140 seen classes), 7.2e6 draws of 384-dim float64 normals (2.75e9 numbers) in one CPU
+# thread (minutes on any machine: the pseudo-features are drawn on the CPU); 10 epochs x 128 per class are 179,200
+# features (6.9e7 numbers, 40x fewer)
+TAP = ["method.tap.epochs=10", "method.tap.samples_per_class=128", "method.tap.batch_size=128"]
 # the NoRGa run of the cross-check's protocol (docs/crosscheck.md): the shipped NoRGa config with the tanh gate,
 # 5 epochs of TII and WTP at batch 20 (lr 0.032 x 20/256), evaluated as the authors' code does (every class)
 SMALL_TASK = ["seed=42", "device=cpu", "amp=off", "eval_batch_size=100", "eval_mask_unseen=false",
@@ -47,7 +55,7 @@ SMALL_TASK = ["seed=42", "device=cpu", "amp=off", "eval_batch_size=100", "eval_m
               "data.class_order_rng=python", "data.transforms=cifar", "data.num_workers=0",
               "model.preset=null", "model.pretrained=false", "method.gate.activation=tanh",
               "method.tii.epochs=5", "method.tii.batch_size=20", "method.wtp.epochs=5", "method.wtp.batch_size=20",
-              "method.wtp.lr=0.032"]
+              "method.wtp.lr=0.032", *TAP]
 DINOV2 = ["model.name=vit_small_patch14_dinov2", "data.image_size=56"]
 # the tiny variant: the smoke config's ViT (2 blocks, width 64) on 32 px synthetic images, every stage shortened
 TINY = ["model.name=vit_base_patch16_224", "data.image_size=32", "data.classes_per_task=2",
@@ -72,21 +80,49 @@ def folder_config(folder: Path, extra: List[str] = ()):
                                          *extra])
 
 
+@contextlib.contextmanager
 def without_plots():
-    """Runs of the check skip the run plots (matplotlib on the CPU, no device code; ~3 s per smoke run)."""
-    from unittest import mock
+    """Runs of the check skip the run plots (matplotlib on the CPU, no device code; ~3 s per smoke run): a stand-in
+    ``norga.reports.plots`` module whose ``write_run_plots`` does nothing, so matplotlib is never imported (it may
+    not be installed on the GPU machine). Only that one entry of ``sys.modules`` is set and restored (the modules a
+    run imports stay imported: norga's registries must not see them twice)."""
+    name, missing = "norga.reports.plots", object()
+    stand_in = types.ModuleType(name)
+    stand_in.write_run_plots = lambda *args, **kwargs: None
+    before = sys.modules.get(name, missing)
+    sys.modules[name] = stand_in
+    try:
+        yield
+    finally:
+        if before is missing:
+            sys.modules.pop(name, None)
+        else:
+            sys.modules[name] = before
 
-    return mock.patch("norga.reports.plots.write_run_plots", lambda *args, **kwargs: None)
 
-
-def train(cfg, out: Path) -> dict:
-    """``run_training`` without plots; ``{"acc_matrix", "FA", "seconds"}`` (accuracies as fractions)."""
+def train(cfg, out: Path, keep: Optional[Path] = None) -> dict:
+    """``run_training`` without plots; ``{"acc_matrix", "FA", "seconds"}`` (accuracies as fractions). With ``keep``,
+    the run's ``metrics.json`` is copied there and the run folder (checkpoints) deleted."""
     from norga.engine import run_training
 
     start = time.perf_counter()
-    with without_plots():
-        metrics = run_training(cfg, out)
+    try:
+        with without_plots():
+            metrics = run_training(cfg, out)
+    finally:
+        if keep is not None:
+            keep_metrics(Path(out), keep)
     return {"acc_matrix": metrics["acc_matrix"], "FA": metrics["FA"], "seconds": round(time.perf_counter() - start, 2)}
+
+
+def keep_metrics(run: Path, keep: Path) -> None:
+    """Copy ``run``/metrics.json (when written) to ``keep`` and delete the run folder."""
+    import shutil
+
+    if (run / "metrics.json").is_file():
+        keep.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(run / "metrics.json", keep)
+    shutil.rmtree(run, ignore_errors=True)
 
 
 def smoke_reference(device: str = "cpu") -> Dict[str, float]:
@@ -175,7 +211,10 @@ def check_ignored(folder: Path) -> None:
     folder = folder.resolve()
     if REPO not in folder.parents and folder != REPO:
         return
-    probe = subprocess.run(["git", "-C", str(REPO), "check-ignore", "-q", str(folder / DATA)], capture_output=True)
+    try:
+        probe = subprocess.run(["git", "-C", str(REPO), "check-ignore", "-q", str(folder / DATA)], capture_output=True)
+    except OSError:  # no git on this machine: nothing can be committed from here either
+        return
     if probe.returncode == 1:
         raise PreparedFolderError(f"{folder} is inside the checkout and not git-ignored; prepare into "
                                   "runs/gpu_check_data (runs/ is ignored) or a folder outside the checkout")

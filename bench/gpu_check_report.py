@@ -4,17 +4,31 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Dict, List
 
+from .gpu_check_steps import BUDGETS, OPTIONAL_STEPS, REPORT_S, START_S
 from .gpu_check_timing import FULL, TINY, measured_rates, ratios
 
 RATES_FILE = "gpu_rates.json"
 
 
+def counts_against(name: str, record: dict) -> bool:
+    """Whether ``record`` keeps the check from passing: not ``ok`` (a skip for a missing optional package or a
+    compiler, and an optional step's timeout or skip, excepted), or ``passed: False``."""
+    status = record["status"]
+    if status == "ok":
+        return (record.get("result") or {}).get("passed") is False
+    if status == "skipped" and record.get("missing"):
+        return False
+    return not (name in OPTIONAL_STEPS and status in ("timeout", "skipped", "pending"))
+
+
 def verdict(records: Dict[str, dict]) -> bool:
-    """True when every step ended ``ok`` and none reports ``passed: False`` (a step reporting None only informs)."""
-    return all(r["status"] == "ok" and (r.get("result") or {}).get("passed") is not False for r in records.values())
+    """True when no step counts against the check (a step reporting ``passed: None`` only informs; a step not run
+    yet counts against it, so a provisional summary passes only once every required step has)."""
+    return not any(counts_against(name, r) for name, r in records.items())
 
 
 def timing_of(record: dict) -> Dict[str, dict]:
@@ -23,20 +37,43 @@ def timing_of(record: dict) -> Dict[str, dict]:
     return result.get("passes") or record.get("partials") or {}
 
 
+def all_passes(steps: Dict[str, dict]) -> Dict[str, dict]:
+    """The eager (timing step) and compiled (compile step) passes together."""
+    return {**timing_of(steps.get("timing", {})), **timing_of(steps.get("compile", {}))}
+
+
+def budget_table(tiny: bool = False) -> str:
+    """docs/gpus.md's cold-start budget table: the process start, every step's limit, the summaries, the sum."""
+    column = 1 if tiny else 0
+    rows = [("process start (interpreter, imports, the prepared folder's checksums)", START_S)]
+    rows += [(f"`{name}`" + (" (optional)" if name in OPTIONAL_STEPS else ""), BUDGETS[name][column])
+             for name in BUDGETS]
+    rows += [("summaries after every step, the final one, scratch clean-up", REPORT_S)]
+    lines = ["| part | limit (s) |", "|---|---|"] + [f"| {name} | {int(s)} |" for name, s in rows]
+    return "\n".join(lines + [f"| **total** | **{int(sum(s for _, s in rows))}** |"])
+
+
 def write_summary(out: Path, meta: dict, records: Dict[str, dict]) -> List[Path]:
     """Write the JSON, the markdown and (when measured on CUDA) the rates file; returns their paths."""
     summary = {"meta": meta, "passed": verdict(records), "steps": records}
     paths = [out / "gpu_check.json", out / "gpu_check.md"]
-    paths[0].write_text(json.dumps(summary, indent=1, default=str))
-    paths[1].write_text(markdown(summary))
+    write_atomic(paths[0], json.dumps(summary, indent=1, default=str))
+    write_atomic(paths[1], markdown(summary))
     timing = timing_of(records.get("timing", {}))
-    device = records.get("environment", {}).get("result", {}).get("gpu")
+    device = (records.get("environment", {}).get("result") or {}).get("gpu")
     rates = measured_rates(timing, TINY if meta["tiny"] else FULL, device or meta["device"])
     if rates and meta["device"].startswith("cuda") and not meta["tiny"]:
         rates.update(source="python -m bench.gpu_check", date=meta["started"], torch=meta.get("torch"))
         paths.append(out / RATES_FILE)
-        paths[2].write_text(json.dumps(rates, indent=1))
+        write_atomic(paths[2], json.dumps(rates, indent=1))
     return paths
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file and a rename (a kill mid-write leaves the old file)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
 
 
 def status_line(name: str, record: dict) -> str:
@@ -44,7 +81,12 @@ def status_line(name: str, record: dict) -> str:
     passed = {True: "passed", False: "**FAILED**", None: "reported"}[result.get("passed")] \
         if record["status"] == "ok" else f"**{record['status']}**"
     reason = record.get("reason") or record.get("error") or ""
-    return f"| {name} | {passed} | {record.get('seconds', '–')} | {record.get('budget_s', '–')} | {reason} |"
+    if record["status"] == "skipped" and record.get("missing"):
+        passed = "skipped (missing)"
+    elif name in OPTIONAL_STEPS and record["status"] in ("timeout", "skipped", "pending"):
+        passed = f"{record['status']} (optional: not measured)"
+    seconds = f"{record.get('seconds', '–')} / {record.get('wall_s', '–')}"
+    return f"| {name} | {passed} | {seconds} | {record.get('budget_s', '–')} | {reason} |"
 
 
 def markdown(summary: dict) -> str:
@@ -53,36 +95,55 @@ def markdown(summary: dict) -> str:
     lines = [f"# GPU check ({'tiny, ' if meta['tiny'] else ''}{env.get('gpu', meta['device'])})", "",
              f"Started {meta['started']}, {meta['wall_s']} s wall of {meta['total_budget_s']} s; torch "
              f"{env.get('torch', '?')}, timm {env.get('timm', '?')}, norga {env.get('norga', '?')}. "
-             f"Overall: {'passed' if summary['passed'] else 'NOT passed'}.", "",
-             "| step | outcome | seconds | budget s | reason |", "|---|---|---|---|---|"]
+             f"Overall: {'passed' if summary['passed'] else 'NOT passed'}.", *provisional_lines(summary), "",
+             "| step | outcome | seconds (step / with its worker's start) | budget s | reason |",
+             "|---|---|---|---|---|"]
     lines += [status_line(name, record) for name, record in steps.items()]
-    for name, render in SECTIONS.items():
-        if name in steps:
-            lines += ["", *render(steps[name])]
+    for names, render in SECTIONS.items():
+        if any(name in steps for name in names):
+            lines += ["", *render(steps)]
     return "\n".join(lines) + "\n"
 
 
-def attention_lines(record: dict) -> List[str]:
-    r = record.get("result")
+def provisional_lines(summary: dict) -> List[str]:
+    """The note of a summary written between steps, and of an output folder over its size limit."""
+    meta, lines = summary["meta"], []
+    if meta.get("provisional"):
+        waiting = [n for n, r in summary["steps"].items() if r["status"] in ("pending", "starting", "running")]
+        lines += ["", f"**Provisional** (written between steps; not run yet: {', '.join(waiting) or 'none'})."]
+    if meta.get("out_mib", 0) > meta.get("out_limit_mib", float("inf")):
+        lines += ["", f"The output folder holds {meta['out_mib']} MiB, over its {meta['out_limit_mib']} MiB."]
+    return lines
+
+
+def attention_lines(steps: Dict[str, dict]) -> List[str]:
+    restricted = (steps.get("attention") or {}).get("result") or {}
+    profiled = (steps.get("attention_profile") or {}).get("result") or {}
+    r = restricted or profiled
     if not r:
         return ["## Attention", "", "no result"]
     lines = ["## Attention (SDPA)", "", f"Head dim {r['head_dim']} + prefix {r['prefix_length']} -> "
              f"{r['augmented_head_dim']} given to SDPA on {r['device']}.", "",
              "| dtype | prefix call, fused only | model, fused only | backends the profiler saw |", "|---|---|---|---|"]
-    for amp, d in r["dtypes"].items():
-        lines.append(f"| {'fp32' if amp == 'off' else amp} | {d['prefix_restricted']['status']} | "
-                     f"{d['model_restricted']['status']} | {', '.join(d['prefix_profiled']['backends']) or 'none'} |")
+    for amp in ("off", "bf16"):
+        d = {**restricted.get("dtypes", {}).get(amp, {}), **profiled.get("dtypes", {}).get(amp, {})}
+        status = lambda key: d.get(key, {}).get("status", "–")  # noqa: E731
+        seen = d.get("prefix_profiled", {}).get("backends")
+        lines.append(f"| {'fp32' if amp == 'off' else amp} | {status('prefix_restricted')} | "
+                     f"{status('model_restricted')} | {'–' if seen is None else ', '.join(seen) or 'none'} |")
     return lines + (["", r["note"]] if r.get("note") else [])
 
 
-def smoke_lines(record: dict) -> List[str]:
+def smoke_lines(steps: Dict[str, dict]) -> List[str]:
+    record = steps.get("smoke") or {}
     runs = (record.get("result") or {}).get("runs") or record.get("partials") or {}
     lines = ["## Smoke configs", "", "| method | amp | FA | CPU FA (fp32) | seconds | peak MiB |",
              "|---|---|---|---|---|---|"]
     for key, r in runs.items():
         method, amp = key.split("/")
-        if "error" in r:
-            lines.append(f"| {method} | {amp} | error: {r['error']} | | | |")
+        if "error" in r or "skipped" in r:
+            what = f"error: {r['error']}" if "error" in r else f"skipped: {r['skipped']}"
+            lines.append(f"| {method} | {'fp32' if amp == 'off' else amp} | {what} | | | |")
             continue
         cpu = "–" if r.get("cpu_FA") is None else f"{r['cpu_FA']:.3f}"
         lines.append(f"| {method} | {'fp32' if amp == 'off' else amp} | {r['FA']:.3f} | {cpu} | {r['seconds']} | "
@@ -90,7 +151,8 @@ def smoke_lines(record: dict) -> List[str]:
     return lines
 
 
-def small_task_lines(record: dict) -> List[str]:
+def small_task_lines(steps: Dict[str, dict]) -> List[str]:
+    record = steps.get("small_task") or {}
     r = (record.get("result") or {}) or record.get("partials") or {}
     lines = ["## NoRGa on the small CIFAR-100 task", "",
              "| amp | FA | CPU FA | FA diff (points) | max entry diff (points) | tolerance (FA / entry) | within | s "
@@ -109,13 +171,15 @@ def small_task_lines(record: dict) -> List[str]:
     return lines
 
 
-def timing_lines(record: dict) -> List[str]:
-    passes = timing_of(record)
+def timing_lines(steps: Dict[str, dict]) -> List[str]:
+    passes = all_passes(steps)
     if not passes:
         return ["## Timing", "", "no measurement"]
-    result = record.get("result") or {}
-    lines = ["## Timing (bf16 autocast)", "", f"compile backend: {result.get('compile_backend', '?')}", "",
-             "| mode | pass | img/s | median s | first call s | peak MiB |", "|---|---|---|---|---|---|"]
+    result = (steps.get("compile") or {}).get("result") or (steps.get("timing") or {}).get("result") or {}
+    compile_record = steps.get("compile") or {"status": "not asked"}
+    lines = ["## Timing (bf16 autocast)", "", f"compile backend: {result.get('compile_backend', '?')}; compile step: "
+             f"{compile_record['status']}" + (f" ({compile_record['reason']})" if compile_record.get("reason") else ""),
+             "", "| mode | pass | img/s | median s | first call s | peak MiB |", "|---|---|---|---|---|---|"]
     for key, v in passes.items():
         mode, name = key.split("/")
         lines.append(f"| {mode} | {name} | {v['img_s']} | {v['median_s']} | {v['first_s']} | {mib(v['peak_mib'])} |")
@@ -128,5 +192,5 @@ def mib(value) -> str:
     return "n/a (CPU)" if value is None else str(value)
 
 
-SECTIONS = {"attention": attention_lines, "smoke": smoke_lines, "small_task": small_task_lines,
-            "timing": timing_lines}
+SECTIONS = {("attention", "attention_profile"): attention_lines, ("smoke",): smoke_lines,
+            ("small_task",): small_task_lines, ("timing", "compile"): timing_lines}

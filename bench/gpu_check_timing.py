@@ -20,7 +20,7 @@ from __future__ import annotations
 import copy
 import statistics
 import time
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, Optional, Tuple
 
 import timm
 import torch
@@ -105,17 +105,24 @@ def compiled_norga(backend: str):
     return compilation.compile_mode("default")
 
 
-def timing_step(device: torch.device, tiny: bool, emit: Callable[[str, dict], None]) -> dict:
-    """Every pass eager then compiled; each measurement is emitted as soon as it exists (a timeout keeps them)."""
+def compile_backend(tiny: bool) -> str:
+    """Inductor on the GPU; Dynamo's ``eager`` backend with ``--tiny`` (no code generation, no compiler)."""
+    return "eager" if tiny else "inductor"
+
+
+def timing_step(device: torch.device, tiny: bool, emit: Callable[[str, dict], None],
+                modes: Tuple[str, ...] = ("eager", "compiled")) -> dict:
+    """Every pass in each of ``modes`` (``eager``, ``compiled``); each measurement is emitted as soon as it exists
+    (a timeout keeps them)."""
     spec = TINY if tiny else FULL
-    backend = "eager" if tiny else "inductor"
+    backend = compile_backend(tiny)
     vit = random_vit(spec).to(device).eval()
     for p in vit.parameters():
         p.requires_grad_(False)
     x = torch.randn(spec["batch"], 3, spec["size"], spec["size"], device=device)
     prompted = prompted_passes(copy.deepcopy(vit), x)  # PromptedViT wraps its ViT's attention modules in place
     results: Dict[str, dict] = {}
-    for mode in ("eager", "compiled"):
+    for mode in modes:
         compiled = torch.compile(vit, backend=backend) if mode == "compiled" else None
         passes = {**timm_passes(vit, x, compiled), **prompted}
         for name in PASSES:

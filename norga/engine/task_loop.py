@@ -32,7 +32,7 @@ from ..toolkit.feature_store import open_store
 from ..toolkit.trackers import TrackerSet, check_trackers, open_trackers, tracker_names
 from .evaluate import evaluate_task
 from ..toolkit.heads import class_mask
-from .loaders import task_loaders, test_loader  # noqa: F401 - re-exported for callers
+from .loaders import close_loaders, task_loaders, test_loader  # noqa: F401 - re-exported for callers
 from .run_folder import RunDir
 from ..toolkit.seeding import seed_everything, task_seed
 from ..toolkit.loss_watch import watching
@@ -166,7 +166,7 @@ def _train_in_folder(cfg: Config, run: RunDir, force: bool, feature_cache: Optio
             log.warning(note if note.startswith("warning:") else f"warning: {note}")
         if any(affects_results(key) for key in changes):
             log.warning(change_line(changes, state.done))
-        tracker = MetricsTracker(cfg, bench, method, None)
+        tracker = MetricsTracker(cfg, bench, method, None, backbone_sha256_16=inputs.record()["backbone_sha256_16"])
         done = _resume(run, method, tracker, state.done, log)
         run.write_config(config_to_dict(cfg), history_note(config_history(tracker.configs + [config_to_dict(cfg)])))
         if not done:
@@ -265,8 +265,11 @@ def _train_task(t: int, cfg: Config, bench, method: Method, tracker: "MetricsTra
     with task_context(t):
         loaders = task_loaders(cfg, bench, t, method.train_batch_size, evaluator.loader(t))
         seed_everything(task_seed(cfg.seed, t))  # every task starts from global RNG state (seed, task): resumable
-        with watching() as epochs:
-            method.learn_task(t, loaders)
+        try:
+            with watching() as epochs:
+                method.learn_task(t, loaders)
+        finally:
+            close_loaders(loaders)  # no idle training-loader workers outlive the task
     evaluation = evaluator.seen_tasks(t)
     seconds = time.time() - start
     failure = diverged_to_chance(t, evaluation[t], len(bench.task_classes[t]), epochs)

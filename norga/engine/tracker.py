@@ -25,11 +25,19 @@ def checkpoint_id(path: Optional[str]) -> Optional[str]:
     return sha256_file(Path(path))[:16] if path else None
 
 
+UNKNOWN = object()  # MetricsTracker's backbone checksum before it is computed (None is a valid checksum)
+
+
 class MetricsTracker:
     """Accuracy matrices (CIL, TIL, TII) and per-task times -> metrics.json content."""
 
-    def __init__(self, cfg: Config, bench, method: Method, previous: Optional[dict]):
+    def __init__(self, cfg: Config, bench, method: Method, previous: Optional[dict],
+                 backbone_sha256_16: Optional[str] = UNKNOWN):
+        """``backbone_sha256_16``: the weights file's checksum when already known (the run's checkpoints record
+        it: :class:`~norga.engine.run_inputs.InputsCheck`); otherwise it is computed once, at the first
+        :meth:`metrics`."""
         T = bench.num_tasks
+        self.backbone_sha256_16 = backbone_sha256_16
         self.cfg, self.bench, self.method = cfg, bench, method
         prev = previous or {}
         self.cil = prev.get("acc_matrix", empty_matrix(T))
@@ -90,13 +98,19 @@ class MetricsTracker:
             "task_classes": self.bench.task_classes,
             "data": self.bench.info(),
             "backbone": {"preset": m.preset, "name": m.name, "checkpoint": m.checkpoint,
-                         "checkpoint_sha256_16": checkpoint_id(weights_file(m)), "pretrained": m.pretrained},
+                         "checkpoint_sha256_16": self._backbone_checksum(), "pretrained": m.pretrained},
             "method": self.described,
             "norga": code_version(),  # version and git commit of the code that produced the run
             "versions": {"python": platform.python_version(), "torch": torch.__version__,
                          "timm": timm.__version__, "torchvision": torchvision.__version__,
                          "numpy": numpy.__version__},
         }
+
+    def _backbone_checksum(self) -> Optional[str]:
+        """The backbone weights file's checksum, hashed at most once per tracker (metrics.json is written per task)."""
+        if self.backbone_sha256_16 is UNKNOWN:
+            self.backbone_sha256_16 = checkpoint_id(weights_file(self.cfg.model))
+        return self.backbone_sha256_16
 
     def _task_identity(self) -> dict:
         """TII accuracies (after the last task, and the matrix); None for a method that infers no task id."""

@@ -15,6 +15,7 @@ from torch import Tensor, nn
 
 from ..models.adapters import (CosineHead, add_adapters, attach_adapter_blocks, attach_deep_prompts, attach_ssf,
                                tuning)
+from ..toolkit.devices import to_device
 from ..toolkit.optimizers import make_optimizer
 from ..toolkit.schedules import epoch_scheduler
 from ..toolkit.training import Stage, run_stage
@@ -79,12 +80,13 @@ def class_means(feats: Tensor, labels: Tensor, classes: Sequence[int]) -> Tensor
 
 
 def local_labels(labels: Tensor, classes: Sequence[int], num_classes: int) -> Tensor:
-    """Global labels (B,) -> positions in ``classes`` (B,); a label outside ``classes`` raises."""
-    position = torch.full((num_classes,), -1, dtype=torch.long)
-    position[torch.as_tensor(list(classes))] = torch.arange(len(classes))
-    out = position[labels.cpu().long()]
-    if (out < 0).any():
-        raise ValueError("a training label lies outside the task's classes")
+    """Global labels (B,) -> positions in ``classes`` (B,), on the labels' device; a label outside ``classes``
+    fails (RuntimeError on the CPU, a device-side assert on CUDA: a training step never waits for the check)."""
+    device = labels.device
+    position = torch.full((num_classes,), -1, dtype=torch.long, device=device)
+    position[torch.as_tensor(list(classes), device=device)] = torch.arange(len(classes), device=device)
+    out = position[labels.long()]
+    torch._assert_async((out >= 0).all(), "a training label lies outside the task's classes")
     return out
 
 
@@ -103,7 +105,8 @@ def train_with_cosine_head(name: str, task: int, features: Callable[[Tensor], Te
 
     def forward(batch):
         x, y = batch
-        return {"logits": head(features(x.to(device))), "labels": local_labels(y, classes, num_classes).to(device)}
+        return {"logits": head(features(to_device(x, device))),  # pinned on CUDA: the host does not wait
+                "labels": to_device(local_labels(y, classes, num_classes), device)}
 
     return run_stage(Stage(name, task, opts.epochs, optimizer, scheduler, train_modules=[*train_modules, head],
                            lr_key=lr_key),

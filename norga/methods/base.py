@@ -32,6 +32,7 @@ from ..config import ConfigError
 from ..gates.modules import GateFactory
 from ..models.lora_qkv import attach_lora_qkv
 from ..models.prompted_vit import PromptedViT
+from ..toolkit.devices import to_device
 from ..toolkit.feature_cache import FeatureCache, frozen_features
 from ..toolkit.heads import class_mask
 from ..toolkit.stages import extract_features
@@ -200,10 +201,10 @@ def batch_with_query(model: nn.Module, batch: Sequence[Tensor], device: torch.de
     """A training batch of a key-matching method: (images [B, 3, H, W], labels [B], query [B, D]) on ``device``;
     the query is ``model(images)`` without prompts and without gradient (the frozen backbone's class token)."""
     x, y = batch
-    x = x.to(device)
+    x = to_device(x, device)  # from the loader's pinned memory on CUDA: the host does not wait for the copy
     with torch.no_grad():
         query = model(x)
-    return x, y.to(device), query
+    return x, to_device(y, device), query
 
 
 def scaled_lr(lr: float, batch_size: int, scale: bool) -> float:

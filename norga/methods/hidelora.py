@@ -30,6 +30,7 @@ from ..toolkit.gaussian import GaussianStore
 from ..toolkit.heads import init_linear_layers
 from ..toolkit.schedules import epoch_scheduler
 from ..toolkit.stages import REGULARISERS, extract_features
+from ..toolkit.devices import to_device
 from ..toolkit.training import Stage, cross_entropy_term, run_stage
 from . import register_method
 from .base import Method, Prediction, TaskLoaders, TestBatch, chosen_blocks
@@ -116,8 +117,8 @@ class HiDeLoRA(HiDeStages, Method):
 
         def forward(batch):
             x, y = batch
-            feats = tuned(x.to(self.device), task)
-            return {"features": feats, "logits": head(feats), "labels": y.to(self.device)}
+            feats = tuned(to_device(x, self.device), task)
+            return {"features": feats, "logits": head(feats), "labels": to_device(y, self.device)}
 
         def reg(out):
             if w.reg == 0:

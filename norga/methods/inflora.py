@@ -27,6 +27,7 @@ from torch import Tensor
 
 from ..models.lora_qkv import LoRABranch, branch_state, load_branches
 from ..toolkit.schedules import epoch_scheduler
+from ..toolkit.devices import to_device
 from ..toolkit.training import Stage, cross_entropy_term, run_stage
 from . import register_method
 from .base import LoRAMethod, TaskLoaders
@@ -185,7 +186,7 @@ class InfLoRA(LoRAMethod):
 
         def forward(batch):
             x, y = batch
-            return {"logits": head(model(x.to(self.device))), "labels": y.to(self.device)}
+            return {"logits": head(model(to_device(x, self.device))), "labels": to_device(y, self.device)}
 
         run_stage(Stage("inflora", task, c.epochs, optimizer, epoch_scheduler(optimizer, c.schedule, c.epochs,
                                                                                stepping=c.schedule_stepping),

@@ -50,6 +50,13 @@ def pull_loss(sim: Tensor, chosen: Tensor) -> Tensor:
     return sim.gather(1, chosen).sum() / len(sim)
 
 
+def count_selected(counts: Tensor, chosen: Tensor) -> None:
+    """Add each prompt's selections in ``chosen`` (B, N) to ``counts`` (M,), on their device without a host sync
+    (a scatter-add: CUDA's bincount reads the largest id on the host)."""
+    ids = chosen.flatten()
+    counts.scatter_add_(0, ids, torch.ones_like(ids, dtype=counts.dtype))
+
+
 @register_method("l2p")
 class L2P(Method):
     """``prompts`` (M, L, D), ``keys`` (M, D) and the ``head`` (D -> C), all trained on every task."""
@@ -90,13 +97,13 @@ class L2P(Method):
         params = [self.prompts, self.keys, *self.head.parameters()]
         lr = scaled_lr(c.lr, c.batch_size, c.scale_lr_by_batch)
         optimizer = torch.optim.Adam(params, lr=lr, betas=(0.9, 0.999), weight_decay=0.0)  # new per task
-        counts = torch.zeros(c.pool_size, dtype=torch.long)
+        counts = torch.zeros(c.pool_size, dtype=torch.long, device=device)  # on the device: read once per task
         model.eval()  # the backbone is frozen; its dropout-free eval mode throughout
 
         def forward(batch):
             x, y, query = batch_with_query(model, batch, device)
             logits, sim, chosen = self.forward_selected(x, query)
-            counts.add_(torch.bincount(chosen.flatten().cpu(), minlength=c.pool_size))
+            count_selected(counts, chosen)
             return {"logits": logits, "labels": y, "similarity": sim, "chosen": chosen}
 
         def batches(epoch):

@@ -35,6 +35,7 @@ from ..toolkit.optimizers import make_optimizer
 from ..toolkit.schedules import epoch_scheduler
 from ..toolkit.seeding import named_generator, task_generator
 from ..toolkit.stages import align_head, extract_features, official_contrastive_regulariser
+from ..toolkit.devices import to_device
 from ..toolkit.training import Stage, cross_entropy_term, run_stage
 from . import register_method
 from .adapter_stage import TunedView, cached_features, class_means, frozen_adapter_blocks
@@ -108,7 +109,7 @@ class MOS(Method):
 
     def _current_features(self, x: Tensor, target: Optional[Tuple[nn.ModuleList, int]] = None) -> Tensor:
         with self.current_adapter(target):
-            return self.model(x.to(self.device))
+            return self.model(to_device(x, self.device))
 
     # ---- training -------------------------------------------------------------------------------
     def learn_task(self, task: int, loaders: TaskLoaders) -> None:
@@ -149,7 +150,7 @@ class MOS(Method):
             steps[0] += 1
             x, y = batch
             feats = self._current_features(x)
-            return {"features": feats, "logits": self.head(feats), "labels": y.to(self.device)}
+            return {"features": feats, "logits": self.head(feats), "labels": to_device(y, self.device)}
 
         run_stage(Stage("mos", task, c.epochs, optimizer, scheduler, train_modules=self.current,
                         lr_key=self.config_key("lr")),

@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from ..models.prompted_vit import PromptedViT
-from ..toolkit.gaussian import GaussianStore
+from ..toolkit.gaussian import GaussianStore, draw_generator
 from ..toolkit.optimizers import make_optimizer
 from ..toolkit.schedules import epoch_scheduler
 from ..toolkit.seeding import task_generator
@@ -123,8 +123,10 @@ class SLCA(Method):
         generator = task_generator(self.cfg.seed, task, _CA_STAGE)
         optimizer = make_optimizer("sgd", heads.parameters(), c.ca_lr, c.weight_decay, c.momentum)
 
+        draws = draw_generator(generator, self.device)  # the CPU generator itself on the CPU (numbers unchanged)
+
         def batches(epoch: int):
-            feats, labels = shifted_samples(self.store, classes, scales, c.ca_samples_per_class, generator)
+            feats, labels = shifted_samples(self.store, classes, scales, c.ca_samples_per_class, draws)
             return shuffled_batches(feats, labels, c.ca_samples_per_class, generator)
 
         def forward(batch):

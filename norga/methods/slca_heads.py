@@ -68,7 +68,8 @@ def mean_scales(class_tasks: Tensor, task: int, shrink: float) -> Tensor:
 def shifted_samples(store: GaussianStore, classes: Sequence[int], scales: Tensor, per_class: int,
                     generator: torch.Generator) -> Tuple[Tensor, Tensor]:
     """``per_class`` features (n per_class, D) float32 per class of ``classes`` from the store's Gaussian moved
-    from mu_c to scales[c] mu_c (``scales`` (n,)), and their labels (n per_class,), class by class."""
+    from mu_c to scales[c] mu_c (``scales`` (n,)), and their labels (n per_class,), class by class. The features
+    are drawn on ``generator``'s device (:func:`~norga.toolkit.gaussian.draw_generator`) and stay there."""
     feats, labels = store.sample(classes, per_class, generator)
     shift = (scales.float() - 1.0)[:, None] * store.means(classes)
-    return feats + shift.repeat_interleave(per_class, 0), labels
+    return feats + shift.repeat_interleave(per_class, 0).to(feats.device), labels

@@ -31,11 +31,12 @@ import torch
 from torch import Tensor, nn
 
 from ..models.adapters import add_adapters, tuning
-from ..toolkit.gaussian import GaussianStore
+from ..toolkit.gaussian import GaussianStore, draw_generator
 from ..toolkit.optimizers import make_optimizer
 from ..toolkit.schedules import epoch_scheduler
 from ..toolkit.seeding import named_generator
 from ..toolkit.stages import extract_features
+from ..toolkit.devices import to_device
 from ..toolkit.training import Stage, run_stage
 from . import register_method
 from .adapter_stage import TunedView, cached_features, frozen_adapter_blocks, local_labels
@@ -113,8 +114,8 @@ class TUNA(Method):
 
         def forward(batch):
             x, y = batch
-            return {"cos": self.cosines(view(x.to(self.device)))[:, -n_task:],
-                    "labels": local_labels(y, classes, self.num_classes).to(self.device)}
+            return {"cos": self.cosines(view(to_device(x, self.device)))[:, -n_task:],
+                    "labels": to_device(local_labels(y, classes, self.num_classes), self.device)}
 
         terms = {"cosface": lambda out: cosface_loss(out["cos"], out["labels"], c.scale, c.margin)}
         if orth:
@@ -142,14 +143,15 @@ class TUNA(Method):
         means = self.stats.means(order)
         row = {cls: i for i, cls in enumerate(order)}
         generator = named_generator(self.cfg.seed, task, "tuna.ca")
+        draws = draw_generator(generator, self.device)  # the CPU: generator itself; else seeded by one draw of it
         optimizer = make_optimizer("sgd", list(self.heads.parameters()), lr=c.ca_lr, weight_decay=c.weight_decay,
                                    momentum=c.momentum)
         scheduler = epoch_scheduler(optimizer, "cosine", c.ca_cosine_period)
 
         def batches(epoch: int):
-            feats, labels = self.stats.sample(order, c.ca_per_class, generator)
+            feats, labels = self.stats.sample(order, c.ca_per_class, draws)
             rows = torch.as_tensor([row[int(y)] for y in labels])
-            feats = feats + ((factors[rows] - 1.0)[:, None] * means[rows])
+            feats = feats + ((factors[rows] - 1.0)[:, None] * means[rows]).to(feats.device)
             perm = torch.randperm(len(rows), generator=generator)
             for start in range(0, len(perm), c.ca_per_class):
                 idx = perm[start:start + c.ca_per_class]

@@ -28,18 +28,24 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
+def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``tensor`` on ``device``; from pinned memory (a loader's batch on CUDA) the copy does not block the host."""
+    return tensor.to(device, non_blocking=True)
+
+
 def auto_workers(cpus: int) -> int:
     """Loader workers for ``num_workers: auto``: one CPU left to the main process, at most 8."""
     return max(0, min(MAX_AUTO_WORKERS, cpus - 1))
 
 
-def loader_options(cfg: Config) -> dict:
+def loader_options(cfg: Config, persistent: bool = True) -> dict:
     """DataLoader keyword arguments: workers (``data.num_workers``, ``auto`` from the CPUs this process may use,
-    divided among torchrun's processes on this machine),
-    pinned memory on CUDA, workers kept alive across epochs when there are any."""
+    divided among torchrun's processes on this machine), pinned memory on CUDA (so batches move with
+    :func:`to_device` without blocking), workers kept alive across epochs when there are any and ``persistent``
+    (a loader kept for the whole run, e.g. a test loader, passes False: its workers end with each pass)."""
     workers = cfg.data.num_workers
     if workers == "auto":  # under torchrun the CPUs are shared by the processes of this machine
         cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         workers = auto_workers(cpus // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1"))))
     on_cuda = resolve_device(cfg.device).type == "cuda"
-    return dict(num_workers=workers, pin_memory=on_cuda, persistent_workers=workers > 0)
+    return dict(num_workers=workers, pin_memory=on_cuda, persistent_workers=persistent and workers > 0)

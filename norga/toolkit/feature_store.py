@@ -202,7 +202,8 @@ class FeatureStore:
 
     def _compute(self, model: nn.Module, subset: Subset, device, desc: str) -> Tensor:
         """Features (M, D) of ``subset`` (its own loader and generator: the global random state is untouched)."""
-        loader = DataLoader(subset, batch_size=self.batch_size, generator=torch.Generator(), **self.loader_options)
+        options = {**self.loader_options, "persistent_workers": False}  # a throw-away loader: its workers end with it
+        loader = DataLoader(subset, batch_size=self.batch_size, generator=torch.Generator(), **options)
         feats, _ = extract_features(model, loader, device, desc=desc)
         return feats
 

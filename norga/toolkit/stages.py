@@ -20,8 +20,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
+from .devices import to_device
 from .distributed import gather_rows, is_main, shard_of
-from .gaussian import GaussianStore
+from .gaussian import GaussianStore, draw_generator
 from .heads import class_mask
 from .schedules import epoch_scheduler
 from .training import Stage, cross_entropy_term, run_stage, shuffled_batches
@@ -89,7 +90,7 @@ def fit_on_features(head: nn.Module, feats: Tensor, labels: Tensor, allowed: Ten
     run_stage(Stage(stage, task, epochs, optimizer, clip=grad_clip, clip_params=params, train_modules=[head],
                     lr_key=lr_key),
               batches=lambda epoch: shuffled_batches(feats, labels, batch_size, generator),
-              forward=lambda b: {"logits": head(b[0].to(device)), "labels": b[1].to(device)},
+              forward=lambda b: {"logits": head(to_device(b[0], device)), "labels": to_device(b[1], device)},
               terms={"ce": cross_entropy_term(allowed)})
 
 
@@ -105,15 +106,19 @@ def align_head(head: nn.Module, store: GaussianStore, classes: Sequence[int], nu
     earlier tasks, so part of the samples is never used). Logits are restricted
     to ``classes`` (all classes seen so far). SGD (momentum 0.9, ``weight_decay``) with cosine decay.
     ``stage`` (``tii_align`` or ``tap``) names the epoch-log lines.
+    The samples are drawn on ``device`` (:func:`~norga.toolkit.gaussian.draw_generator`: on the CPU from
+    ``generator`` itself, exactly as before; elsewhere from a device generator seeded by one draw of it);
+    the shuffles come from ``generator`` on the CPU.
     """
     params = [p for p in head.parameters() if p.requires_grad]
     optimizer = torch.optim.SGD(params, lr=lr, momentum=0.9, weight_decay=weight_decay)
+    draws = draw_generator(generator, device)
 
     def batches(epoch: int):
-        feats, labels = store.sample(classes, per_class, generator)
+        feats, labels = store.sample(classes, per_class, draws)
         return shuffled_batches(feats, labels, batch_size, generator, max_batches)
 
     run_stage(Stage(stage, task, epochs, optimizer, epoch_scheduler(optimizer, "cosine", epochs),
                     train_modules=[head], lr_key=lr_key),
-              batches=batches, forward=lambda b: {"logits": head(b[0].to(device)), "labels": b[1].to(device)},
+              batches=batches, forward=lambda b: {"logits": head(to_device(b[0], device)), "labels": to_device(b[1], device)},
               terms={"ce": cross_entropy_term(class_mask(num_classes, classes, device))})

@@ -144,17 +144,27 @@ def run_stage(stage: Stage, batches: Callable[[int], Iterable], forward: Callabl
         epoch_batches = batches(epoch)
         sharded = is_sharded_training(epoch_batches)  # torchrun: this process holds a slice of each batch
         for batch in epoch_batches:
-            outputs = forward(batch)
-            values = {name: term(outputs) for name, term in terms.items()}
-            loss = total(values.values())
-            meter.step(stage.optimizer, loss, list(stage.clip_params), stage.clip, scaler,
-                       samples=batch_samples(batch) if sharded else None, **(values if len(values) > 1 else {}))
+            train_step(stage, batch, forward, terms, meter, scaler, sharded)
         history.append(meter.report(stage.optimizer, **(stage.describe() if stage.describe else {})))
         if stage.scheduler is not None:
             stage.scheduler.step()
     if world_size() > 1:
         synchronise_parameters(_trained(stage.optimizer), f"stage {stage.name} of task {stage.task}")
     return history
+
+
+def train_step(stage: Stage, batch, forward: Callable[[object], Outputs], terms: Dict[str, LossTerm],
+               meter: EpochMeter, scaler, sharded: bool) -> None:
+    """One training step of ``stage`` on ``batch``: forward, loss terms, backward, optimiser step.
+
+    Nothing here waits for the device on CUDA (tests/test_host_syncs.py counts host reads during this call);
+    the loss terms are read once per epoch by :meth:`EpochMeter.means`.
+    """
+    outputs = forward(batch)
+    values = {name: term(outputs) for name, term in terms.items()}
+    loss = total(values.values())
+    meter.step(stage.optimizer, loss, list(stage.clip_params), stage.clip, scaler,
+               samples=batch_samples(batch) if sharded else None, **(values if len(values) > 1 else {}))
 
 
 def batch_samples(batch) -> int:
@@ -183,20 +193,45 @@ def total(values: Iterable[Tensor]) -> Tensor:
     return result
 
 
+@dataclass(frozen=True)
+class AllowedColumns:
+    """The allowed classes of a masked cross-entropy as indices: ``index`` (K,) long, the allowed class ids in
+    ascending order (the logits' columns to keep); ``position`` (C,) long, class id -> its column among them
+    (-1 for a class that is not allowed, which the cross-entropy refuses as out of bounds)."""
+
+    index: Tensor
+    position: Tensor
+
+
+def allowed_columns(allowed: Tensor) -> AllowedColumns:
+    """Bool (C,) mask -> :class:`AllowedColumns` on its device (one host sync: compute it once per stage)."""
+    index = allowed.nonzero().flatten()
+    position = torch.full(allowed.shape, -1, dtype=torch.long, device=allowed.device)
+    position[index] = torch.arange(len(index), device=allowed.device)
+    return AllowedColumns(index, position)
+
+
 def cross_entropy_term(allowed: Tensor, label_smoothing: float = 0.0) -> LossTerm:
-    """Loss term: masked cross-entropy of ``outputs["logits"]`` against ``outputs["labels"]`` over ``allowed``."""
-    return lambda out: masked_cross_entropy(out["logits"], out["labels"], allowed, label_smoothing)
+    """Loss term: masked cross-entropy of ``outputs["logits"]`` against ``outputs["labels"]`` over ``allowed``
+    (bool (C,)); the allowed columns are found once, here, so a step never waits for the device."""
+    columns = allowed_columns(allowed)
+    return lambda out: masked_cross_entropy(out["logits"], out["labels"], columns, label_smoothing)
 
 
-def masked_cross_entropy(logits: Tensor, labels: Tensor, allowed: Tensor, label_smoothing: float = 0.0) -> Tensor:
-    """Cross-entropy over the ``allowed`` classes only (bool (C,)); other logits are dropped.
+def masked_cross_entropy(logits: Tensor, labels: Tensor, allowed, label_smoothing: float = 0.0) -> Tensor:
+    """Cross-entropy over the ``allowed`` classes only (bool (C,) or :class:`AllowedColumns`); other logits are
+    dropped (selected by index: no host sync with AllowedColumns).
 
-    Equivalent to masking them with -inf, but finite with label smoothing.
+    Equivalent to masking them with -inf, but finite with label smoothing. A label outside the allowed classes
+    is a ValueError on the CPU (a device-side assert on CUDA): its column is -1, out of the cross-entropy's bounds.
+    The labels of a task's training set are checked once per task (:func:`norga.engine.loaders.check_task_labels`).
     """
-    position = torch.cumsum(allowed.long(), 0) - 1  # class id -> column among allowed classes
-    if not allowed[labels].all():
-        raise ValueError("a label lies outside the allowed classes")
-    return F.cross_entropy(logits[:, allowed], position[labels], label_smoothing=label_smoothing)
+    columns = allowed if isinstance(allowed, AllowedColumns) else allowed_columns(allowed)
+    try:
+        return F.cross_entropy(logits.index_select(1, columns.index), columns.position[labels],
+                               label_smoothing=label_smoothing)
+    except IndexError as err:  # raised by the CPU kernel's bounds check, before any result
+        raise ValueError(f"a label lies outside the allowed classes ({err})") from err
 
 
 def shuffled_batches(feats: Tensor, labels: Tensor, batch_size: int, generator: torch.Generator,
