@@ -137,18 +137,32 @@ def attention_lines(steps: Dict[str, dict]) -> List[str]:
 def smoke_lines(steps: Dict[str, dict]) -> List[str]:
     record = steps.get("smoke") or {}
     runs = (record.get("result") or {}).get("runs") or record.get("partials") or {}
-    lines = ["## Smoke configs", "", "| method | amp | FA | CPU FA (fp32) | seconds | peak MiB |",
-             "|---|---|---|---|---|---|"]
+    lines = ["## Smoke configs", "", "Against the CPU: `arithmetic` methods are judged within one (bf16: two) of "
+             "the 36 test images; `sampling` and `device_draws` methods draw another random sample on CUDA and are "
+             "reported only (bench/gpu_check_expect.py).", "",
+             "| method | amp | FA | CPU FA (fp32) | expected | diff (band), points | seconds | peak MiB |",
+             "|---|---|---|---|---|---|---|---|"]
     for key, r in runs.items():
         method, amp = key.split("/")
         if "error" in r or "skipped" in r:
             what = f"error: {r['error']}" if "error" in r else f"skipped: {r['skipped']}"
-            lines.append(f"| {method} | {'fp32' if amp == 'off' else amp} | {what} | | | |")
+            lines.append(f"| {method} | {'fp32' if amp == 'off' else amp} | {what} | | | | | |")
             continue
         cpu = "–" if r.get("cpu_FA") is None else f"{r['cpu_FA']:.3f}"
-        lines.append(f"| {method} | {'fp32' if amp == 'off' else amp} | {r['FA']:.3f} | {cpu} | {r['seconds']} | "
+        lines.append(f"| {method} | {'fp32' if amp == 'off' else amp} | {r['FA']:.3f} | {cpu} | "
+                     f"{(r.get('expect') or {}).get('kind', '–')} | {_band(r.get('expect') or {})} | {r['seconds']} | "
                      f"{mib(r.get('peak_mib'))} |")
     return lines
+
+
+def _band(expect: dict) -> str:
+    """``+2.78 (≤ 2.78) ok`` / ``... OUTSIDE`` for a judged run, the difference alone for a reported one."""
+    diff = expect.get("diff_points")
+    if diff is None:
+        return "–"
+    if expect.get("within") is None:
+        return f"{diff:+.2f} (not judged)"
+    return f"{diff:+.2f} (≤ {expect['band_points']:.2f}) {'ok' if expect['within'] else 'OUTSIDE'}"
 
 
 def small_task_lines(steps: Dict[str, dict]) -> List[str]:

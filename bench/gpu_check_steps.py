@@ -19,6 +19,7 @@ from norga.registry import registrar
 
 from . import gpu_check_env as env
 from . import gpu_check_prepare as prep
+from .gpu_check_expect import judge
 
 Emit = Callable[[str, object], None]
 STEPS: Dict[str, Callable] = {}
@@ -173,8 +174,9 @@ def smoke(ctx: Context, emit: Emit) -> dict:
             emit(f"{name}/{amp}", result)
             say(f"smoke {name:10s} {amp:4s} " + (f"FA {result['FA']:.3f} in {result['seconds']:.1f} s"
                                                if "FA" in result else result.get("error") or result["skipped"]))
+    outside = sorted(key for key, r in runs.items() if (r.get("expect") or {}).get("within") is False)
     return {"runs": runs, "failed": failed, "skipped": sorted(f"{m} (needs {d})" for m, d in missing.items()),
-            "passed": not failed}
+            "outside_band": outside, "passed": not failed and not outside}
 
 
 def smoke_run(ctx: Context, name: str, amp: str, load_config, cpu_fa: Optional[float]) -> dict:
@@ -185,7 +187,8 @@ def smoke_run(ctx: Context, name: str, amp: str, load_config, cpu_fa: Optional[f
         with logged(ctx.out / "logs" / f"smoke_{name}_{amp}.log"), peak_memory(ctx.device, memory):
             result = prep.train(cfg, ctx.scratch / "smoke" / f"{name}_{amp}",
                                 keep=ctx.out / "metrics" / f"smoke_{name}_{amp}.json")
-        return {"FA": result["FA"], "seconds": result["seconds"], "cpu_FA": cpu_fa, **memory}
+        return {"FA": result["FA"], "seconds": result["seconds"], "cpu_FA": cpu_fa,
+                "expect": judge(name, result["FA"], cpu_fa, amp), **memory}
     except ImportError as err:
         dist = env.optional_module_of(err)
         if dist is None:

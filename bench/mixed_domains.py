@@ -44,7 +44,8 @@ Split = Tuple[np.ndarray, np.ndarray]
 
 def recipe() -> str:
     """What the file is built from; stored in it, so a changed recipe triggers a rebuild."""
-    return json.dumps({"domains": DOMAINS, "pool": [POOL_TRAIN, POOL_TEST, POOL_SEED], "pad": "28->32 zeros", "names": 2})
+    return json.dumps({"domains": DOMAINS, "pool": [POOL_TRAIN, POOL_TEST, POOL_SEED], "pad": "28->32 zeros",
+                       "names": 2})
 
 
 def _to_rgb32(x: np.ndarray) -> np.ndarray:

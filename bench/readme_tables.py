@@ -54,8 +54,8 @@ def evidence_reading(results: Results) -> List[str]:
         return []
     fa, til = (verdicts(results, metric, ready, "no_prompt") for metric in ("FA", "TIL_FA"))
     left_out = ", ".join(f"`{a}`" for a in READING if a not in ready)
-    return [f"Reading: against `no_prompt` (the same pipeline without prompts), paired over the seeds (*level*: the 95% "
-            f"interval includes 0), the arms are in FA "
+    return [f"Reading: against `no_prompt` (the same pipeline without prompts), paired over the seeds (*level*: the "
+            f"95% interval includes 0), the arms are in FA "
             f"{fa}; given the task (TIL FA) {til}." + (f" Not yet compared (fewer than 2 seeds): {left_out}."
                                                       if left_out else "")]
 

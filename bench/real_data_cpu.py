@@ -8,8 +8,8 @@
 
 A regime is a base config plus its arms, as data: ``configs/bench/<regime>/regime.yaml`` and one
 ``<arm>.yaml`` per arm (``base:`` the regime's config plus only the arm's keys; :mod:`bench.regimes`),
-so data subset, class order and initialisation are the same for all arms of a seed (paired). Each run is a normal run directory under
-``--runs-dir`` (re-running resumes it; a finished run is only re-read), and its row is
+so data subset, class order and initialisation are the same for all arms of a seed (paired). Each run is a normal
+run directory under ``--runs-dir`` (re-running resumes it; a finished run is only re-read), and its row is
 written to ``bench/results/<regime>.md`` / ``.json`` as soon as it finishes, with the
 per-arm statistics (mean ± std, 95% t interval over seeds), the paired differences
 of ``Regime.pairs`` and a figure (``.png``) refreshed after every run.

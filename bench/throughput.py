@@ -154,7 +154,8 @@ def main(argv=None) -> int:
             rows.append(row)
     result = {"config": str(args.config), "overrides": args.set, "device": str(device), "image_size": size,
               "prefix": prefix_settings(cfg), "torch": torch.__version__, "machine": platform.processor() or
-              platform.machine(), "threads": torch.get_num_threads(), "steps": args.steps, "compile": args.compile, "rows": rows}
+              platform.machine(), "threads": torch.get_num_threads(), "steps": args.steps, "compile": args.compile,
+              "rows": rows}
     print_table(rows)
     if args.task:
         result["stage_seconds"] = {mode: stage_seconds(load_config(args.config, args.set + [

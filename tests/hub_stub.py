@@ -80,7 +80,8 @@ def _handler(hub: HubStub) -> type:
                 for line in data.decode().splitlines():
                     item = json.loads(line)
                     if item["key"] == "file":
-                        hub.files.setdefault(repo, {})[item["value"]["path"]] = base64.b64decode(item["value"]["content"])
+                        content = base64.b64decode(item["value"]["content"])
+                        hub.files.setdefault(repo, {})[item["value"]["path"]] = content
                 return self._reply({"commitUrl": f"{base}/{repo}/commit/{'0' * 40}", "commitOid": "0" * 40})
             self._reply({"error": "not served by the stub"}, 404)
     return Handler

@@ -13,6 +13,17 @@ class Mutant(NamedTuple):
     tests: Tuple[str, ...]  # pytest node ids or files expected to fail
 
 
+# tests/test_loss_terms.py: one test per method, each on its own tiny run (a mutant names the one test it must
+# fail, not the whole file, whose run on the unmutated copy alone took about 60 s on a busy 2-core machine)
+LOSS_TERMS = {key: "tests/test_loss_terms.py::test_" + test for key, test in (
+    ("wtp", "wtp_terms_use_the_ensembled_prompt_on_augmented_images_and_the_instructed_old_means"),
+    ("tii", "tii_learns_frozen_unaugmented_features_of_the_task_and_aligns_on_uninstructed_statistics"),
+    ("l2p", "l2p_terms_use_each_samples_top_k_prompts_by_its_frozen_query_and_pull_only_those_keys"),
+    ("dualprompt", "dualprompt_trains_the_tasks_own_e_prompt_and_pulls_its_own_key_to_the_frozen_query"),
+    ("coda", "coda_weighs_every_component_in_use_and_penalises_all_of_them"),
+    ("sprompt", "sprompt_trains_the_tasks_own_prompt_over_the_tasks_classes"),
+    ("moe", "moe_trains_adapted_features_over_the_task_then_aligns_the_head_on_all_seen_classes"))}
+
 PIPELINE_MUTANTS = (
     Mutant("tap_uninstructed", "norga/methods/hide_stages.py", "align_head(self.head, self.instructed,",
            "align_head(self.head, self.uninstructed,", ("tests/test_wiring.py",)),
@@ -22,7 +33,8 @@ PIPELINE_MUTANTS = (
            ("tests/test_wiring.py",)),
     Mutant("head_lr_scale_ignored", "norga/methods/hideprompt.py", '"lr": lr * w.head_lr_scale}', '"lr": lr}',
            ("tests/test_wiring.py",)),
-    Mutant("wtp_lr_scaling_ignored", "norga/methods/hideprompt.py", "lr = self.lr_scaled(w.lr, w.batch_size)", "lr = w.lr",
+    Mutant("wtp_lr_scaling_ignored", "norga/methods/hideprompt.py", "lr = self.lr_scaled(w.lr, w.batch_size)",
+           "lr = w.lr",
            ("tests/test_wiring.py",)),
     Mutant("reg_sign", "norga/methods/hideprompt.py", "return w.reg * regulariser(", "return -w.reg * regulariser(",
            ("tests/test_wiring.py",)),
@@ -40,29 +52,29 @@ PIPELINE_MUTANTS = (
            ("tests/test_fidelity_pipeline.py",)),
     # every loss term's inputs (#31): tests/test_loss_terms.py recomputes each term by hand
     Mutant("wtp_raw_prompt", "norga/methods/hideprompt.py", "feats = model(x.to(self.device), pool.ensembled(task, "
-           "w.momentum))", "feats = model(x.to(self.device), pool.prompts[task])", ("tests/test_loss_terms.py",)),
+           "w.momentum))", "feats = model(x.to(self.device), pool.prompts[task])", (LOSS_TERMS["wtp"],)),
     Mutant("reg_on_uninstructed_means", "norga/methods/hideprompt.py", "prototypes = self.instructed.means(old)",
-           "prototypes = self.uninstructed.means(old)", ("tests/test_loss_terms.py",)),
+           "prototypes = self.uninstructed.means(old)", (LOSS_TERMS["wtp"],)),
     Mutant("wtp_ce_over_seen_classes", "norga/methods/hideprompt.py",
            "cross_entropy_term(self.task_mask(task), w.label_smoothing)",
-           "cross_entropy_term(self.seen_mask(task), w.label_smoothing)", ("tests/test_loss_terms.py",)),
+           "cross_entropy_term(self.seen_mask(task), w.label_smoothing)", (LOSS_TERMS["wtp"],)),
     Mutant("tii_ce_over_seen_classes", "norga/methods/hide_stages.py",
            "fit_on_features(self.tii_head, frozen, labels, self.task_mask(task)",
-           "fit_on_features(self.tii_head, frozen, labels, self.seen_mask(task)", ("tests/test_loss_terms.py",)),
+           "fit_on_features(self.tii_head, frozen, labels, self.seen_mask(task)", (LOSS_TERMS["tii"],)),
     Mutant("l2p_pull_on_the_first_chosen_key", "norga/methods/l2p.py", 'pull_loss(out["similarity"], out["chosen"])',
-           'pull_loss(out["similarity"], out["chosen"][:, :1])', ("tests/test_loss_terms.py",)),
+           'pull_loss(out["similarity"], out["chosen"][:, :1])', (LOSS_TERMS["l2p"],)),
     Mutant("dualprompt_pull_on_the_first_tasks_key", "norga/methods/dualprompt.py",
            "F.cosine_similarity(query, key[None])", "F.cosine_similarity(query, self.keys[0][None])",
-           ("tests/test_loss_terms.py",)),
+           (LOSS_TERMS["dualprompt"],)),
     Mutant("coda_ortho_on_new_rows_only", "norga/methods/coda.py", 'out["ortho"] = c.ortho_mu * self.penalty(*pools)',
-           'out["ortho"] = c.ortho_mu * self.penalty(*new.values())', ("tests/test_loss_terms.py",)),
+           'out["ortho"] = c.ortho_mu * self.penalty(*new.values())', (LOSS_TERMS["coda"],)),
     Mutant("sprompt_trains_the_previous_prompt", "norga/methods/sprompt.py",
            "feats = model(x.to(self.device), self.tokens(prompt))",
            "feats = model(x.to(self.device), self.tokens(self.prompts[max(task - 1, 0)]))",
-           ("tests/test_loss_terms.py",)),
+           (LOSS_TERMS["sprompt"],)),
     Mutant("moe_aligns_on_the_tasks_classes_only", "norga/methods/moe_adapters.py",
            "align_head(self.head, self.stats, self.seen_classes(task),",
-           "align_head(self.head, self.stats, self.task_classes[task],", ("tests/test_loss_terms.py",)),
+           "align_head(self.head, self.stats, self.task_classes[task],", (LOSS_TERMS["moe"],)),
     # the baselines (#16)
     Mutant("l2p_pull_sign", "norga/methods/l2p.py", "lambda out: -c.pull_coeff * pull_loss(",
            "lambda out: c.pull_coeff * pull_loss(", ("tests/test_l2p.py",)),

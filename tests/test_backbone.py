@@ -117,8 +117,10 @@ def write_original_vit_npz(vit, path):
         for j, name in enumerate(("query", "key", "value")):
             w = t[b + "attn.qkv.weight"][j * D : (j + 1) * D]
             out[p + f"MultiHeadDotProductAttention_1/{name}/kernel"] = w.T.reshape(D, H, D // H)
-            out[p + f"MultiHeadDotProductAttention_1/{name}/bias"] = t[b + "attn.qkv.bias"][j * D : (j + 1) * D].reshape(H, -1)
-        out[p + "MultiHeadDotProductAttention_1/out/kernel"] = t[b + "attn.proj.weight"].reshape(D, H, -1).transpose(1, 2, 0)
+            out[p + f"MultiHeadDotProductAttention_1/{name}/bias"] = \
+                t[b + "attn.qkv.bias"][j * D : (j + 1) * D].reshape(H, -1)
+        out[p + "MultiHeadDotProductAttention_1/out/kernel"] = \
+            t[b + "attn.proj.weight"].reshape(D, H, -1).transpose(1, 2, 0)
         out[p + "MultiHeadDotProductAttention_1/out/bias"] = t[b + "attn.proj.bias"]
         for r in range(2):
             out[p + f"MlpBlock_3/Dense_{r}/kernel"] = t[b + f"mlp.fc{r + 1}.weight"].T

@@ -143,7 +143,8 @@ _MOE = "method={{name: {}, epochs: 20, batch_size: 25, experts: {}, top_k: {}, r
 FORMER = {
     "evidence": {
         "config": "configs/bench/evidence_cpu.yaml",
-        "arms": {"hideprompt": ["method.gate={name: linear}"], "norga_tanh": ["method.gate={name: norga, activation: tanh}"],
+        "arms": {"hideprompt": ["method.gate={name: linear}"],
+                 "norga_tanh": ["method.gate={name: norga, activation: tanh}"],
                  "no_prompt": ["method.prompt_length=0"]},
         "optional": {"sprompt": ["method={name: sprompt, epochs: 20, batch_size: 25, lr: 0.01}"],
                      "l2p": ["method={name: l2p, epochs: 20, batch_size: 25, lr: 0.03, scale_lr_by_batch: true}"],
@@ -161,7 +162,8 @@ FORMER = {
                   "method.tii.align_epochs=1", "method.tap.epochs=1", "method.tap.samples_per_class=8"]},
     "cifar100_first": {
         "config": "configs/bench/cifar100_cpu.yaml",
-        "arms": {"hideprompt": ["method.gate={name: linear}"], "norga_tanh": ["method.gate={name: norga, activation: tanh}"],
+        "arms": {"hideprompt": ["method.gate={name: linear}"],
+                 "norga_tanh": ["method.gate={name: norga, activation: tanh}"],
                  "norga_sigmoid": ["method.gate.name=norga", "method.gate.activation=sigmoid"],
                  "norga_gelu": ["method.gate.name=norga", "method.gate.activation=gelu"],
                  "no_prompt": ["method.prompt_length=0"]},

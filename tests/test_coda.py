@@ -13,14 +13,9 @@ from conftest import (build_run_parts,
                       checkpoint_method_state, load_run_method)
 from faults import assert_kill_then_resume_matches, tiny_method_args
 from norga.config import ConfigError, load_config
-from norga.engine import run_training
 from norga.toolkit.schedules import lr_factor
 from norga.methods.coda import POOLS, component_weights, ortho_penalty, orthonormal_rows
-from conftest import SMOKE
-
-CODA = ("method={name: coda, prompt_layers: [0, 1], pool_size: 6, prompt_length: 4, ortho_mu: 0.1, epochs: 2, "
-        "lr: 0.01, batch_size: 32}")
-TINY_DATA = ["data.classes_per_task=2", "data.options={num_classes: 6, train_per_class: 12, test_per_class: 6}"]
+from conftest import CODA, SMOKE, TINY_DATA
 
 
 def tiny_args(out) -> list:
@@ -69,13 +64,6 @@ def test_config_defaults_and_errors_name_the_fix():
             build_run_parts(cfg)
 
 
-@pytest.fixture(scope="module")
-def coda_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("runs") / "coda"
-    cfg = load_config(SMOKE, TINY_DATA + [CODA])
-    return cfg, out, run_training(cfg, out)
-
-
 def test_prefixes_are_the_weighted_sums_split_into_keys_values_and_heads(coda_run):
     _, out, _ = coda_run
     _, _, method = load_run_method(out)
@@ -117,8 +105,6 @@ def test_the_orthogonality_penalty_is_a_logged_loss_term(coda_run):
     lines = [json.loads(line) for line in (out / "epochs.jsonl").read_text().splitlines()]
     ortho = [line["ortho"] for line in lines if line.get("stage") == "coda"]
     assert len(ortho) == 6 and all(v > 0 for v in ortho)
-
-
 
 
 @pytest.mark.slow

@@ -56,7 +56,8 @@ def test_base_includes_merge_sections_and_replace_other_names(tmp_path):
                                         "method: {gate: {name: norga, activation: gelu}, wtp: {epochs: 7, lr: 0.5},"
                                         " prompt_layers: [0, 1]}\n")
     (tmp_path / "sub" / "child.yaml").write_text("base: ../base.yaml\ndata: {num_tasks: 2}\n"
-                                                 "method: {gate: {name: linear}, wtp: {epochs: 3}, prompt_layers: [2]}\n")
+                                                 "method: {gate: {name: linear}, wtp: {epochs: 3}, "
+                                                 "prompt_layers: [2]}\n")
     cfg = load_config(tmp_path / "sub" / "child.yaml")
     assert (cfg.seed, cfg.data.num_tasks, cfg.data.classes_per_task) == (1, 2, 2)  # mappings merge key by key
     assert (cfg.method.wtp.epochs, cfg.method.wtp.lr) == (3, 0.5)

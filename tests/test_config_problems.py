@@ -123,11 +123,13 @@ def test_config_show_gives_every_value_with_its_origin(tmp_path, capsys):
             origin[text.strip()] = comment
     assert origin["seed: 7"] == f"{child}:4" and origin["num_tasks: 5"] == f"{child}:3"
     assert origin["device: cpu"] == f"{tmp_path / 'base.yaml'}:1 (base)"
-    assert origin["epochs: 4"] == f"{tmp_path / 'base.yaml'}:6 (base)" and origin["lr: 0.5"] == "--set method.wtp.lr=0.5"
+    assert origin["epochs: 4"] == f"{tmp_path / 'base.yaml'}:6 (base)"
+    assert origin["lr: 0.5"] == "--set method.wtp.lr=0.5"
     assert origin["eval_batch_size: 256"] == "default"
     # the printed text is the resolved config itself: read back, it is the same config
     shown = yaml.safe_load(out)
-    assert load_config(write(tmp_path, "shown.yaml", yaml.safe_dump(shown))) == load_config(child, ["method.wtp.lr=0.5"])
+    assert load_config(write(tmp_path, "shown.yaml", yaml.safe_dump(shown))) == load_config(child,
+                                                                                         ["method.wtp.lr=0.5"])
 
 
 def test_dry_run_prints_the_resolved_config_on_request(tmp_path, capsys):

@@ -35,7 +35,8 @@ def test_class_order_seeded_natural_explicit_and_first_task():
     explicit = list(range(11, -1, -1))
     bench = synthetic(class_order=explicit)
     assert bench.class_names[0] == "class_11"  # remapped label 0 is original class 11
-    assert split_tasks(100, 6, None, 50) == [list(range(50))] + [list(range(50 + 10 * i, 60 + 10 * i)) for i in range(5)]
+    assert split_tasks(100, 6, None, 50) == [list(range(50))] + [list(range(50 + 10 * i, 60 + 10 * i))
+                                                                 for i in range(5)]
     with pytest.raises(DataError, match="12 classes cannot be split into 5 tasks"):
         synthetic(num_tasks=5)
     with pytest.raises(DataError, match="permutation"):

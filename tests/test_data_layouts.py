@@ -194,7 +194,8 @@ def test_five_datasets_errors(five_root, tmp_path):
         build_benchmark("five_datasets", five_root, 10)
     with pytest.raises(DataError, match="positions 0-9 must be the classes of fixed task 0"):
         build_benchmark("five_datasets", five_root, 5, class_order=list(range(49, -1, -1)))
-    with pytest.raises(DataError, match=f"5 of 5 datasets missing(.|\\n)*SVHN not found or corrupt under {tmp_path / 'empty' / 'SVHN'}(.|\\n)*notMNIST"):
+    with pytest.raises(DataError, match=f"5 of 5 datasets missing(.|\\n)*SVHN not found or corrupt under "
+                                        f"{tmp_path / 'empty' / 'SVHN'}(.|\\n)*notMNIST"):
         build_benchmark("five_datasets", tmp_path / "empty", 5)
     for f in (five_root / "notMNIST" / "Test" / "J").iterdir():
         f.unlink()

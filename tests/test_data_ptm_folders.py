@@ -103,7 +103,8 @@ def test_dry_run_of_the_shipped_config_on_a_fixture(name, tmp_path, capsys):
     status = main(["train", "--config", str(REPO / "configs" / f"{name}_aper.yaml"), "--dry-run",
                    "--set", f"data.root={root}", "--set", "data.options={num_classes: 4}",
                    "--set", "data.num_tasks=2", "--set", "data.classes_per_task=2", "--set", "data.image_size=32",
-                   "--set", "model.pretrained=false", "--set", "model.preset=null", "--set", "model.name=vit_base_patch16_224",
+                   "--set", "model.pretrained=false", "--set", "model.preset=null",
+                   "--set", "model.name=vit_base_patch16_224",
                    "--set", "model.timm_kwargs={patch_size: 4, embed_dim: 64, depth: 2, num_heads: 2}"])
     out, err = capsys.readouterr()
     assert status == 0, err

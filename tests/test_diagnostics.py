@@ -1,7 +1,6 @@
 """HiDe-Prompt's per-task diagnostics: hand-computed helpers, recomputation from a run, and no effect on results."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 import torch
@@ -14,8 +13,6 @@ from norga.methods.hideprompt_diagnostics import (mean_feature_change, random_pr
                                                   til_accuracy)
 
 pytestmark = pytest.mark.integration  # trains whole runs: outside the fast loop (-m "not slow and not integration")
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def test_helpers_against_hand_computed_values():

@@ -10,14 +10,8 @@ from conftest import (assert_predictions_per_sample, build_run_parts,
                       checkpoint_method_state, load_run_method, loaders_of)
 from faults import assert_kill_then_resume_matches, tiny_method_args
 from norga.config import ConfigError, load_config
-from norga.engine import run_training
 from norga.methods.dualprompt import nearest_key
-from conftest import SMOKE
-
-DUAL = ("method={name: dualprompt, g_prompt_layers: [0], e_prompt_layers: [1], g_prompt_length: 2, "
-        "e_prompt_length: 3, gate: {name: norga, activation: tanh}, epochs: 2, lr: 0.05, batch_size: 32, "
-        "scale_lr_by_batch: false}")
-TINY_DATA = ["data.classes_per_task=2", "data.options={num_classes: 6, train_per_class: 12, test_per_class: 6}"]
+from conftest import DUAL, SMOKE
 
 
 def tiny_args(out) -> list:
@@ -41,13 +35,6 @@ def test_config_defaults_and_errors_name_the_fix():
     cfg = load_config(SMOKE, ["method={name: dualprompt}"])  # the smoke ViT has 2 blocks
     with pytest.raises(ConfigError, match=r"method.e_prompt_layers=\[2, 3, 4\]: needs distinct block indices"):
         build_run_parts(cfg)
-
-
-@pytest.fixture(scope="module")
-def dual_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("runs") / "dualprompt"
-    cfg = load_config(SMOKE, TINY_DATA + [DUAL])
-    return cfg, out, run_training(cfg, out)
 
 
 def test_g_and_e_prompts_go_to_their_blocks_as_per_head_prefixes(dual_run):
@@ -98,7 +85,6 @@ def test_predictions_are_per_sample_and_the_true_task_uses_its_own_e_prompt(dual
         true = method.head(method.model(x, method.prompts(method.e_prompts[1].unsqueeze(0))))
     assert torch.allclose(whole.logits, selected, atol=1e-5)
     assert torch.allclose(whole.true_task_logits, true, atol=1e-5)
-
 
 
 @pytest.mark.slow

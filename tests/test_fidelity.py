@@ -39,7 +39,8 @@ PROTOS = [[2.0, 0.0]]  # one old class mean
 
 def test_official_regulariser_on_3x2_without_old_classes_by_hand():
     # s = [[1,0,1],[0,1,1],[1,1,2]] / 0.8: row 0: -1.25 + log(e^1.25 + 1 + e^1.25), etc.
-    expected = ((-1.25 + math.log(2 * math.exp(1.25) + 1)) * 2 + (-2.5 + math.log(2 * math.exp(1.25) + math.exp(2.5)))) / 3
+    expected = ((-1.25 + math.log(2 * math.exp(1.25) + 1)) * 2
+                + (-2.5 + math.log(2 * math.exp(1.25) + math.exp(2.5)))) / 3
     assert expected == pytest.approx(_ce_rows_by_hand(FEATS))
     got = official_contrastive_regulariser(torch.tensor(FEATS), None, 0.8)
     assert got.item() == pytest.approx(expected, rel=1e-6)
@@ -171,7 +172,8 @@ BICUBIC, BILINEAR = InterpolationMode.BICUBIC, InterpolationMode.BILINEAR
 def test_transform_lists_per_recipe():
     b = 63 / 255
     assert _describe(build_transforms(224, (0.5,) * 3, (0.5,) * 3, True, "cifar")) == [
-        ("RRC", (224, 224), (0.08, 1.0), BICUBIC), ("RandomHorizontalFlip",), ("Jitter", (round(1 - b, 6), round(1 + b, 6))),
+        ("RRC", (224, 224), (0.08, 1.0), BICUBIC), ("RandomHorizontalFlip",),
+        ("Jitter", (round(1 - b, 6), round(1 + b, 6))),
         ("ToTensor",), ("Normalize", CIFAR_MEAN, CIFAR_STD)]
     assert _describe(build_transforms(224, (0.5,) * 3, (0.5,) * 3, False, "cifar")) == [
         ("Resize", 256, BICUBIC), ("CenterCrop", (224, 224)), ("ToTensor",), ("Normalize", CIFAR_MEAN, CIFAR_STD)]
@@ -210,7 +212,8 @@ def test_shipped_paper_configs_follow_the_authors_item_by_item(path):
 
 
 def test_paper_choices_are_reported_as_not_the_authors():
-    cfg = load_config(None, ["method.wtp.reg_form=eq56", "method.wtp.label_smoothing=0.1", "data.class_order_rng=numpy"])
+    cfg = load_config(None, ["method.wtp.reg_form=eq56", "method.wtp.label_smoothing=0.1",
+                             "data.class_order_rng=numpy"])
     keys = [item.key for item in differing_items(cfg)]
     assert {"method.wtp.reg_form", "method.wtp.label_smoothing", "data.class_order_rng"} <= set(keys)
     assert "method.wtp.reg_form = 'eq56': NOT the authors'" in fidelity_report(cfg)

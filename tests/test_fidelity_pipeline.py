@@ -15,9 +15,11 @@ from norga.config import load_config
 
 pytestmark = pytest.mark.integration  # trains whole runs: outside the fast loop (-m "not slow and not integration")
 
-FAST = ["method.tii.epochs=1", "method.tii.align_epochs=1", "method.wtp.epochs=1", "method.tap.epochs=1", "data.num_tasks=3"]
-PAPER_CHOICES = ["method.wtp.reg_form=eq56", "method.wtp.label_smoothing=0.1", "method.tap.after_first_task=true", "method.tap.batches=all",
-                 "method.tii.align_batches=all", "method.tii.mlp_style=pre_norm", "method.head_init=pytorch", "data.class_order_rng=numpy",
+FAST = ["method.tii.epochs=1", "method.tii.align_epochs=1", "method.wtp.epochs=1", "method.tap.epochs=1",
+        "data.num_tasks=3"]
+PAPER_CHOICES = ["method.wtp.reg_form=eq56", "method.wtp.label_smoothing=0.1", "method.tap.after_first_task=true",
+                 "method.tap.batches=all", "method.tii.align_batches=all", "method.tii.mlp_style=pre_norm",
+                 "method.head_init=pytorch", "data.class_order_rng=numpy",
                  "data.transforms=backbone", "method.wtp.prompt_writeback=false", "method.wtp.schedule_stepping=torch",
                  "method.tii.scale_align_lr=false", "method.tii.grad_clip=null"]
 
@@ -46,8 +48,9 @@ def _record_alignments(monkeypatch):
 
 def test_authors_alignment_budget_and_no_tap_after_the_first_task(monkeypatch):
     calls = _record_alignments(monkeypatch)
-    cfg, bench, learner = _learner(["method.tii.samples_per_class=16", "method.tii.batch_size=16", "method.tap.samples_per_class=32",
-                                    "method.tap.batch_size=32", "method.tii.align_lr=0.004", "method.scale_lr_by_batch=true"])
+    cfg, bench, learner = _learner(["method.tii.samples_per_class=16", "method.tii.batch_size=16",
+                                    "method.tap.samples_per_class=32", "method.tap.batch_size=32",
+                                    "method.tii.align_lr=0.004", "method.scale_lr_by_batch=true"])
     for t in range(2):
         learner.learn_task(t, loaders_of(cfg, bench, learner, t))
     # task 0: no TII alignment, no TAP; task 1: both, C_old = 10 batches, 20 seen classes sampled
@@ -61,9 +64,11 @@ def test_authors_alignment_budget_and_no_tap_after_the_first_task(monkeypatch):
 
 def test_paper_alignment_budget_runs_tap_after_every_task_and_every_batch(monkeypatch):
     calls = _record_alignments(monkeypatch)
-    cfg, bench, learner = _learner(["method.tii.samples_per_class=16", "method.tii.batch_size=16", "method.tap.samples_per_class=32",
-                                    "method.tap.batch_size=32", "method.tap.after_first_task=true", "method.tap.batches=all",
-                                    "method.tii.align_batches=all", "method.tii.scale_align_lr=false", "method.scale_lr_by_batch=true"])
+    cfg, bench, learner = _learner(["method.tii.samples_per_class=16", "method.tii.batch_size=16",
+                                    "method.tap.samples_per_class=32", "method.tap.batch_size=32",
+                                    "method.tap.after_first_task=true", "method.tap.batches=all",
+                                    "method.tii.align_batches=all", "method.tii.scale_align_lr=false",
+                                    "method.scale_lr_by_batch=true"])
     for t in range(2):
         learner.learn_task(t, loaders_of(cfg, bench, learner, t))
     assert [c["desc"] for c in calls] == ["tap", "tii_align", "tap"]

@@ -17,7 +17,8 @@ def test_registry_holds_linear_and_norga():
         build_gate("nope")
     with pytest.raises(ValueError, match=r"method.gate.activation: 'relu' is not one of \['tanh', 'sigmoid', 'gelu'\]"):
         build_gate("norga", activation="relu")
-    with pytest.raises(ValueError, match=r"unknown key\(s\) \['method.gate.activation'\].*gate 'linear' takes no options"):
+    with pytest.raises(ValueError,
+                       match=r"unknown key\(s\) \['method.gate.activation'\].*gate 'linear' takes no options"):
         build_gate("linear", activation="tanh")
     with pytest.raises(ValueError, match="method.gate.alpha_init: expected a number"):
         build_gate("norga", alpha_init="big")

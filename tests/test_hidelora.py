@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import build_run_parts, loaders_of, tiny_vit
+from conftest import build_run_parts, loaders_of
 from norga.config import ConfigError, load_config
 from norga.methods import hidelora as hidelora_module
 from norga.methods.hidelora import HiDeLoRA, mix_with_previous, reference_down_init

@@ -227,7 +227,8 @@ def test_paper_design_takes_the_projected_inputs_and_differs_from_task_1_on():
     """``design: inputs`` = the top left singular vectors of P H (the paper's eq. 6-8), computed explicitly from
     H; ``covariance`` = those of P H H^T / n (the official code); equal without memory, different with one."""
     dim, n, g = 16, 40, torch.Generator().manual_seed(7)
-    h = torch.randn(dim, n, generator=g, dtype=torch.float64) * torch.linspace(3, 0.2, dim, dtype=torch.float64)[:, None]
+    h = (torch.randn(dim, n, generator=g, dtype=torch.float64)
+         * torch.linspace(3, 0.2, dim, dtype=torch.float64)[:, None])
     cov = h @ h.T / n
     q = rotation(dim, seed=3)
     old, rest = q[:, :5], q[:, 5:]

@@ -10,15 +10,8 @@ from conftest import (build_run_parts,
                       load_run_method, loaders_of)
 from faults import assert_kill_then_resume_matches, tiny_method_args
 from norga.config import ConfigError, load_config
-from norga.engine import run_training
 from norga.methods.l2p import pull_loss, top_k_keys
-from conftest import SMOKE
-
-L2P = ["method={name: l2p, pool_size: 4, prompt_length: 2, top_k: 2, epochs: 2, lr: 0.01, batch_size: 32, "
-       "scale_lr_by_batch: false}"]
-
-
-TINY_DATA = ["data.classes_per_task=2", "data.options={num_classes: 6, train_per_class: 12, test_per_class: 6}"]
+from conftest import L2P, SMOKE, TINY_DATA
 
 
 def tiny_args(out) -> list:
@@ -40,13 +33,6 @@ def test_config_checks_top_k_against_the_pool():
         load_config(SMOKE, ["method={name: l2p, pool_size: 4, top_k: 6}"])
     m = load_config(SMOKE, ["method={name: l2p}"]).method
     assert (m.pool_size, m.prompt_length, m.top_k, m.pull_coeff, m.epochs, m.batch_size) == (10, 5, 5, 0.1, 5, 16)
-
-
-@pytest.fixture(scope="module")
-def l2p_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("runs") / "l2p"
-    cfg = load_config(SMOKE, TINY_DATA + L2P)
-    return cfg, out, run_training(cfg, out)
 
 
 def test_run_selection_counts_and_the_pull_towards_queries(l2p_run):
@@ -78,7 +64,6 @@ def test_prompt_tokens_follow_the_class_token_with_its_position_embedding(l2p_ru
         tokens = torch.cat([tokens[:, :1], prompts, tokens[:, 1:]], dim=1)
         expected = vit.norm(vit.blocks(vit.norm_pre(tokens)))[:, 1:1 + 4].mean(1)
         assert torch.allclose(method.model(x, method.tokens(chosen)), expected, atol=1e-5)
-
 
 
 def test_the_norga_authors_layout_by_hand():

@@ -29,9 +29,10 @@ LAYERS: List[List[str]] = [
     ["norga.methods"],
     ["norga.reports"],  # metrics, statistics, figures, norga summarize
     ["norga.engine"],  # the task loop and everything about a run, above the methods
-    ["norga.commands", "norga.__main__", "norga.reproduce"],  # the commands; norga reproduce (grids of runs) is one
-    ["norga.theory"],  # stand-alone numerical checks of the papers (they use the real gates)
+    ["norga.reproduce"],  # grids of runs from a manifest (the paper's tables): runs them through the engine
+    ["norga.commands", "norga.__main__"],  # every command (norga reproduce: commands/reproduce_command.py)
 ]
+# theory/ (the papers' numerical checks) is beside the package, not in it: it may import norga, never the reverse
 
 # (registry module, package it imports by name at run time so that the package's modules register themselves)
 PLUGIN_REGISTRIES = {("norga.config.registry", "norga.methods")}
@@ -167,6 +168,7 @@ def test_the_cycle_finder_and_the_layer_rule_can_fail():
     assert find_cycle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) is None
     assert layer_of("norga.engine.task_loop") > layer_of("norga.methods.base") > layer_of("norga.toolkit.training")
     assert layer_of("norga.config") == 0 and layer_of("norga.commands.cli") > layer_of("norga.engine")
+    assert layer_of("norga.commands.reproduce_command") > layer_of("norga.reproduce.runner") > layer_of("norga.engine")
 
 
 def test_a_runtime_import_counts_unless_declared():
@@ -178,3 +180,50 @@ def test_a_runtime_import_counts_unless_declared():
         runtime_imports(hidden, "norga.config.schema")
     assert layer_of("norga.methods") > layer_of("norga.config.registry")
     assert "norga.methods" in imported_modules(PACKAGE / "config" / "registry.py")  # seen, then allowed as declared
+
+
+# ---- theory/: beside the package, outside the wheel ------------------------------------------------------
+THEORY = PACKAGE.parent / "theory"
+
+
+def test_theory_is_outside_the_package_and_uses_only_public_names_of_norga():
+    """theory/ imports norga (the real gates), never a private name or module of it; norga never imports theory."""
+    private = []
+    for path in sorted(THEORY.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] == "norga":
+                names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names if alias.name.split(".")[0] == "norga"]
+            else:
+                continue
+            private += [f"{path.relative_to(THEORY.parent)}:{node.lineno}: {name}" for name in names
+                        if any(part.startswith("_") for part in name.split("."))]
+    assert not private, "theory/ imports private names of norga:\n" + "\n".join(private)
+    assert sorted(THEORY.rglob("*.py")), "theory/ is missing"
+    assert not (PACKAGE / "theory").exists()
+    upward = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            upward += [f"{path.relative_to(PACKAGE.parent)}: {n}" for n in names if n.split(".")[0] == "theory"]
+        upward += [f"{path.relative_to(PACKAGE.parent)}: {n}" for n in runtime_imports(tree, module_name(path))
+                   if n.split(".")[0] == "theory"]
+    assert not upward, "norga imports theory/:\n" + "\n".join(upward)
+
+
+def test_the_wheel_holds_norga_only(monkeypatch):
+    """setup.py's package list: norga, its subpackages and norga.shipped; theory/, bench/, studies/ stay out."""
+    import runpy
+
+    import setuptools
+
+    captured = {}
+    monkeypatch.setattr(setuptools, "setup", lambda **kwargs: captured.update(kwargs))
+    monkeypatch.chdir(PACKAGE.parent)
+    runpy.run_path(str(PACKAGE.parent / "setup.py"))
+    packages = captured["packages"]
+    assert "norga" in packages and "norga.shipped" in packages and "norga.commands" in packages
+    assert all(p == "norga" or p.startswith("norga.") for p in packages), packages

@@ -150,15 +150,15 @@ TINY_DATA = ["data.options={num_classes: 30, train_per_class: 12, test_per_class
 
 
 @pytest.fixture(scope="module")
-def l2p_run():
+def l2p_stages():
     import norga.methods.l2p as module
 
     return trained(TINY_DATA + ["method={name: l2p, pool_size: 4, prompt_length: 2, top_k: 2, epochs: 1, lr: 0.01, "
                                 "batch_size: 32, pull_coeff: 0.5}"], module)
 
 
-def test_l2p_terms_use_each_samples_top_k_prompts_by_its_frozen_query_and_pull_only_those_keys(l2p_run):
-    run, learner, c = l2p_run, l2p_run.learner, l2p_run.cfg.method
+def test_l2p_terms_use_each_samples_top_k_prompts_by_its_frozen_query_and_pull_only_those_keys(l2p_stages):
+    run, learner, c = l2p_stages, l2p_stages.learner, l2p_stages.cfg.method
     stage = stage_of(run, "l2p")
     assert stage.batches(0) is run.loaders.train
     out = stage.forward((run.x, run.y))
@@ -178,7 +178,7 @@ def test_l2p_terms_use_each_samples_top_k_prompts_by_its_frozen_query_and_pull_o
 
 
 @pytest.fixture(scope="module")
-def dual_run():
+def dual_stages():
     import norga.methods.dualprompt as module
 
     return trained(TINY_DATA + ["method={name: dualprompt, g_prompt_layers: [0], e_prompt_layers: [1], "
@@ -186,8 +186,8 @@ def dual_run():
                                 "epochs: 1, lr: 0.05, batch_size: 32, pull_coeff: 0.5}"], module)
 
 
-def test_dualprompt_trains_the_tasks_own_e_prompt_and_pulls_its_own_key_to_the_frozen_query(dual_run):
-    run, learner, c = dual_run, dual_run.learner, dual_run.cfg.method
+def test_dualprompt_trains_the_tasks_own_e_prompt_and_pulls_its_own_key_to_the_frozen_query(dual_stages):
+    run, learner, c = dual_stages, dual_stages.learner, dual_stages.cfg.method
     stage = stage_of(run, "dualprompt")
     assert stage.batches(0) is run.loaders.train
     out = stage.forward((run.x, run.y))
@@ -205,15 +205,15 @@ def test_dualprompt_trains_the_tasks_own_e_prompt_and_pulls_its_own_key_to_the_f
 
 
 @pytest.fixture(scope="module")
-def coda_run():
+def coda_stages():
     import norga.methods.coda as module
 
     return trained(TINY_DATA + ["method={name: coda, prompt_layers: [0, 1], pool_size: 6, prompt_length: 4, "
                                 "ortho_mu: 0.1, epochs: 1, lr: 0.01, batch_size: 32}"], module)
 
 
-def test_coda_weighs_every_component_in_use_and_penalises_all_of_them(coda_run):
-    run, learner, c = coda_run, coda_run.learner, coda_run.cfg.method
+def test_coda_weighs_every_component_in_use_and_penalises_all_of_them(coda_stages):
+    run, learner, c = coda_stages, coda_stages.learner, coda_stages.cfg.method
     stage = stage_of(run, "coda")
     assert stage.batches(0) is run.loaders.train
     out = stage.forward((run.x, run.y))
@@ -242,15 +242,15 @@ def test_coda_weighs_every_component_in_use_and_penalises_all_of_them(coda_run):
 
 
 @pytest.fixture(scope="module")
-def sprompt_run():
+def sprompt_stages():
     import norga.methods.sprompt as module
 
     return trained(TINY_DATA + ["method={name: sprompt, prompt_length: 3, centroids_per_task: 2, epochs: 1, "
                                 "lr: 0.05, batch_size: 32}"], module)
 
 
-def test_sprompt_trains_the_tasks_own_prompt_over_the_tasks_classes(sprompt_run):
-    run, learner = sprompt_run, sprompt_run.learner
+def test_sprompt_trains_the_tasks_own_prompt_over_the_tasks_classes(sprompt_stages):
+    run, learner = sprompt_stages, sprompt_stages.learner
     stage = stage_of(run, "sprompt")
     assert stage.batches(0) is run.loaders.train
     out = stage.forward((run.x, run.y))
@@ -263,15 +263,15 @@ def test_sprompt_trains_the_tasks_own_prompt_over_the_tasks_classes(sprompt_run)
 
 
 @pytest.fixture(scope="module")
-def moe_run():
+def moe_stages():
     import norga.methods.moe_adapters as module
 
     return trained(TINY_DATA + ["method={name: mh_moe, heads: 2, experts: 3, top_k: 1, rank: 2, epochs: 1, "
                                 "batch_size: 16, align_epochs: 1}"], module)
 
 
-def test_moe_trains_adapted_features_over_the_task_then_aligns_the_head_on_all_seen_classes(moe_run):
-    run, learner = moe_run, moe_run.learner
+def test_moe_trains_adapted_features_over_the_task_then_aligns_the_head_on_all_seen_classes(moe_stages):
+    run, learner = moe_stages, moe_stages.learner
     stage = stage_of(run, "moe")
     assert stage.batches(0) is run.loaders.train
     out = stage.forward((run.x, run.y))

@@ -5,12 +5,11 @@ from __future__ import annotations
 import ast
 import dataclasses
 import re
-from pathlib import Path
 
 import pytest
 import torch
 
-from conftest import SMOKE, build_run_parts, loaders_of
+from conftest import REPO_ROOT, SMOKE, build_run_parts, loaders_of
 from norga.config import ConfigError, MethodConfig, load_config
 from norga.engine import evaluate_run, run_training
 from norga.toolkit.heads import class_mask
@@ -19,8 +18,6 @@ from norga.toolkit.training import Stage, run_stage
 from norga.errors import NonFiniteLoss, RunError
 from norga.methods import METHOD_CONFIGS, METHODS, method_class, register_method
 from norga.methods.base import Method
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def test_every_method_config_has_a_registered_implementation():
@@ -117,7 +114,7 @@ METHOD_PARTS = ("tii_head", "task_prompt", "prompt_length", "hide-prompt", "norg
 @pytest.mark.parametrize("path", GENERIC)
 def test_the_generic_layer_never_names_a_method_a_gate_or_a_head(path):
     """Identifiers and non-docstring strings of the task loop, evaluation, run files and metrics."""
-    tree = ast.parse((REPO / path).read_text())
+    tree = ast.parse((REPO_ROOT / path).read_text())
     docstrings = {id(node.body[0].value) for node in ast.walk(tree)
                   if isinstance(node, (ast.Module, ast.FunctionDef, ast.ClassDef)) and node.body
                   and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}

@@ -13,11 +13,7 @@ from norga.engine import run_training
 from norga.toolkit.routing import (composition_table, effective_compositions, mass_quantile_bins,
                                      mass_weighted_n_eff, position_buckets, route_rows, route_statistics)
 from norga.models.moe_adapters import HeadwiseLoRAMoE, attach_adapters, lora_moe, top_k_routing
-from conftest import SMOKE
-
-TINY_DATA = ["data.classes_per_task=2", "data.options={num_classes: 6, train_per_class: 12, test_per_class: 6}"]
-MH = "method={name: mh_moe, heads: 2, experts: 3, top_k: 1, rank: 2, epochs: 2, batch_size: 16, align_epochs: 2}"
-LORA = "method={name: lora_moe, experts: 3, top_k: 2, rank: 3, epochs: 2, batch_size: 16, align_epochs: 2}"
+from conftest import LORA, MH, SMOKE, TINY_DATA
 
 
 def randomised(layer: HeadwiseLoRAMoE, seed: int = 0) -> HeadwiseLoRAMoE:
@@ -141,11 +137,6 @@ def test_route_rows_and_position_buckets():
 
 
 # ---- the methods --------------------------------------------------------------------------------------------------
-@pytest.fixture(scope="module", params=[MH, LORA], ids=["mh_moe", "lora_moe"])
-def moe_run(request, tmp_path_factory):
-    out = tmp_path_factory.mktemp("runs") / "moe"
-    cfg = load_config(SMOKE, TINY_DATA + [request.param])
-    return cfg, out, run_training(cfg, out)
 
 
 def test_adapters_train_backbone_stays_frozen_and_metrics_describe_it(moe_run):
@@ -161,8 +152,6 @@ def test_adapters_train_backbone_stays_frozen_and_metrics_describe_it(moe_run):
         dim // heads + dim)
     assert described["routing_outcomes_per_layer"] == math.comb(cfg.method.experts, cfg.method.top_k) ** heads
     assert metrics["completed_tasks"] == 3 and metrics["FA"] > 1 / 6
-
-
 
 
 def test_route_report_is_stored_plotted_and_consistent(moe_run, capsys):

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from faults import ENV, assert_same_metrics
-from conftest import SMOKE
+from conftest import REPO_ROOT, SMOKE
 from norga.config import load_config
 from norga.engine.evaluate import evaluate_task
 from norga.engine.run_folder import RunDir
@@ -21,12 +21,10 @@ from norga.errors import NorgaError
 
 pytestmark = pytest.mark.integration  # trains whole runs: outside the fast loop (-m "not slow and not integration")
 
-REPO = Path(__file__).resolve().parents[1]
-
 
 def train(out: Path, *extra: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, str(REPO / "train.py"), "--config", str(SMOKE), "--output-dir", str(out), *extra]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=ENV, cwd=REPO)
+    cmd = [sys.executable, str(REPO_ROOT / "train.py"), "--config", str(SMOKE), "--output-dir", str(out), *extra]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=ENV, cwd=REPO_ROOT)
 
 
 @pytest.fixture(scope="module")
@@ -81,8 +79,8 @@ def test_a_second_run_of_the_same_seed_killed_and_resumed_equals_the_first(smoke
     """A fresh process with the same seed trains the first task(s) again, is killed, and a third process resumes
     it: equal metrics show both determinism across processes and an exact resume (one run's cost for both)."""
     out = tmp_path / "interrupted"
-    cmd = [sys.executable, str(REPO / "train.py"), "--config", str(SMOKE), "--output-dir", str(out)]
-    proc = subprocess.Popen(cmd, env=ENV, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    cmd = [sys.executable, str(REPO_ROOT / "train.py"), "--config", str(SMOKE), "--output-dir", str(out)]
+    proc = subprocess.Popen(cmd, env=ENV, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
     while not (out / "checkpoints" / "task_00.pt.sha256").exists() and time.time() < deadline:
         time.sleep(0.05)
@@ -108,8 +106,8 @@ def test_a_finished_run_refuses_a_changed_config(smoke_run, tmp_path):
 
 def test_eval_reproduces_the_training_metrics(smoke_run, tmp_path):
     out = tmp_path / "eval.json"
-    result = subprocess.run([sys.executable, str(REPO / "eval.py"), "--run", str(smoke_run), "--output", str(out)],
-                            capture_output=True, text=True, env=ENV, cwd=REPO, timeout=300)
+    result = subprocess.run([sys.executable, str(REPO_ROOT / "eval.py"), "--run", str(smoke_run), "--output", str(out)],
+                            capture_output=True, text=True, env=ENV, cwd=REPO_ROOT, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     trained = json.loads((smoke_run / "metrics.json").read_text())
     evaluated = json.loads(out.read_text())
@@ -140,7 +138,7 @@ def test_dry_run_smoke_prints_the_split(tmp_path):
 
 # the configs that read real data: the benchmarks and the benchmark regimes' base configs (their arms add only
 # method keys; the smoke configs read synthetic data)
-BENCH_CONFIGS = sorted([*(REPO / "configs").glob("*.yaml"), *(REPO / "configs" / "bench").glob("*.yaml")])
+BENCH_CONFIGS = sorted([*(REPO_ROOT / "configs").glob("*.yaml"), *(REPO_ROOT / "configs" / "bench").glob("*.yaml")])
 BENCH_CONFIGS = [p for p in BENCH_CONFIGS if p.stem != "smoke"]
 
 

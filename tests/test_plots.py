@@ -148,7 +148,8 @@ def tiny_run(tmp_path_factory):
     from norga.engine.task_loop import run_training
 
     overrides = ["data.num_tasks=2", "data.classes_per_task=5", "data.options.num_classes=10",
-                 "data.options.train_per_class=8", "data.options.test_per_class=4", "method.tii.epochs=1", "method.tii.align_epochs=1", "method.wtp.epochs=1",
+                 "data.options.train_per_class=8", "data.options.test_per_class=4", "method.tii.epochs=1",
+                 "method.tii.align_epochs=1", "method.wtp.epochs=1",
                  "method.tap.epochs=1", "method.tii.samples_per_class=8", "method.tap.samples_per_class=8"]
     out = tmp_path_factory.mktemp("plots") / "run"
     cfg = load_config(REPO / "configs" / "smoke.yaml", overrides)

@@ -89,7 +89,8 @@ def test_fp16_training_steps_go_through_a_loss_scaler(monkeypatch):
         run_stage(Stage("demo", 0, 2, optimizer, clip=1.0, clip_params=[w]), batches=lambda e: [0, 1],
                   forward=lambda b: {"loss": (w * 2.0).sum()}, terms={"l": lambda out: out["loss"]})
     assert len(scalers) == 1 and scalers[0].get_scale() > 1  # scaled steps, and the scale was used
-    assert torch.allclose(w.detach(), torch.full((3,), 1 - 4 * 0.1 / 3 ** 0.5))  # 4 steps of the true gradient clipped to norm 1
+    # 4 steps of the true gradient clipped to norm 1
+    assert torch.allclose(w.detach(), torch.full((3,), 1 - 4 * 0.1 / 3 ** 0.5))
     assert current_mode() == "off"
 
 

@@ -164,7 +164,8 @@ def test_doctor_reports_versions_devices_and_a_configs_problems(tmp_path, capsys
     assert f"torch {importlib.metadata.version('torch')}" in out and "CUDA:" in out and "ok: norga can run here" in out
     if torch.cuda.is_available():
         pytest.skip("the device check below needs a machine without CUDA")
-    status, out, err = cli(capsys, "doctor", "--config", str(SMOKE), "--set", "device=cuda", "--set", "data.root=nowhere")
+    status, out, err = cli(capsys, "doctor", "--config", str(SMOKE), "--set", "device=cuda",
+                           "--set", "data.root=nowhere")
     assert status == 2 and "ok:" not in out
     lines = error_lines(err)
     assert len(lines) == 2 and "data.root: nowhere does not exist" in lines[0] and "CUDA is not available" in lines[1]

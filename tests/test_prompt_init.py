@@ -1,4 +1,5 @@
-"""Prompt initialisations (issue #33's factor): the authors' U(-1, 1) stays bit for bit, the others are what they say."""
+"""Prompt initialisations (issue #33's factor): the authors' U(-1, 1) stays bit for bit, the others are what they
+say."""
 from __future__ import annotations
 
 import pytest

@@ -195,7 +195,8 @@ def test_non_finite_loss_names_stage_task_epoch_and_key(tmp_path, capsys):
 
 def test_divergence_in_a_later_task_keeps_earlier_results_without_nan(tmp_path, capsys):
     out = tmp_path / "run"
-    status, _, err = cli(capsys, "train", *train_args(out, "--set", "method.tii.align_lr=1e37"))  # alignment: tasks >= 1
+    # alignment: tasks >= 1
+    status, _, err = cli(capsys, "train", *train_args(out, "--set", "method.tii.align_lr=1e37"))
     assert_one_line_error(status, err, "training diverged", "stage tii_align, task 1", "lower method.tii.align_lr",
                           status=DIVERGED_EXIT)
     text = (out / "metrics.json").read_text()

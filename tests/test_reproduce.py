@@ -105,8 +105,10 @@ def test_protocols_keep_cells_of_different_protocols_apart(tmp_path):
     readme.write_text("<!-- reproduce:gpu -->\n<!-- /reproduce:gpu -->\n")
     assert fill_readme(readme, aggregate(m.cells, out)) == 2
     lines = readme.read_text().splitlines()
-    assert lines.index("Protocol `p10`: 10 tasks, seed 1993:") < lines.index("| a | 1 | FA | 90.00 | 91.50 | -1.50 | – |")
-    assert lines.index("Protocol `p20`: 20 tasks, seed 1993:") < lines.index("| b | 1 | FA | 88.00 | 89.00 | -1.00 | – |")
+    assert lines.index("Protocol `p10`: 10 tasks, seed 1993:") < lines.index(
+        "| a | 1 | FA | 90.00 | 91.50 | -1.50 | – |")
+    assert lines.index("Protocol `p20`: 20 tasks, seed 1993:") < lines.index(
+        "| b | 1 | FA | 88.00 | 89.00 | -1.00 | – |")
 
 
 @pytest.mark.parametrize("change, message", [
@@ -149,14 +151,17 @@ def test_tiny_grid_runs_resumes_after_a_kill_and_reports(tmp_path):
     manifest, out = tiny_manifest(tmp_path), tmp_path / "grid"
     dry = reproduce("--manifest", str(manifest), "--out", str(out), "--dry-run")
     assert dry.returncode == 0, dry.stderr
-    assert "not runnable: not part of the tiny grid" in dry.stdout and "3 cells (2 runnable here, 0 lacking data or weights here, 1 not runnable), 4 runs" in dry.stdout
+    assert "not runnable: not part of the tiny grid" in dry.stdout
+    assert "3 cells (2 runnable here, 0 lacking data or weights here, 1 not runnable), 4 runs" in dry.stdout
     assert "seeds: 0 missing, 1 missing; est. " in dry.stdout and "n/a (CPU)" in dry.stdout
     # the first run completes, the second is killed while training
-    proc = subprocess.Popen([sys.executable, "-m", "norga", "reproduce", "--manifest", str(manifest), "--out", str(out)],
+    proc = subprocess.Popen([sys.executable, "-m", "norga", "reproduce", "--manifest", str(manifest),
+                             "--out", str(out)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV, cwd=REPO)
     second = out / "tiny-norga" / "seed1"
     deadline = time.time() + 300
-    while not (second / "checkpoints" / "task_00.pt.sha256").is_file() and time.time() < deadline and proc.poll() is None:
+    while (not (second / "checkpoints" / "task_00.pt.sha256").is_file() and time.time() < deadline
+           and proc.poll() is None):
         time.sleep(0.1)
     proc.send_signal(signal.SIGKILL)
     proc.wait()

@@ -54,7 +54,8 @@ def test_a_finished_run_is_complete_with_one_config(finished):
     assert metrics["config_history"] == [{"tasks": [0, 2], "config_hash": metrics["config_history"][0]["config_hash"]}]
     import yaml
 
-    assert metrics["config_history"][0]["config_hash"] == config_hash(yaml.safe_load((finished / "config.yaml").read_text()))
+    assert metrics["config_history"][0]["config_hash"] == config_hash(
+        yaml.safe_load((finished / "config.yaml").read_text()))
 
 
 def test_force_on_a_partial_run_records_the_history_and_summarize_refuses_to_pool_it(finished, tmp_path, capsys):
@@ -84,11 +85,13 @@ def test_force_on_a_partial_run_records_the_history_and_summarize_refuses_to_poo
 def test_force_on_a_finished_run_with_a_new_config_retrains_nothing_and_says_so(finished, tmp_path, capsys):
     run = tmp_path / "run"
     shutil.copytree(finished, run)
-    before = {p.name: p.read_bytes() for p in [*(run / "checkpoints").iterdir(), run / "config.yaml", run / "metrics.json"]}
+    before = {p.name: p.read_bytes()
+              for p in [*(run / "checkpoints").iterdir(), run / "config.yaml", run / "metrics.json"]}
     status, _, err = cli(capsys, "train", *train_args(run, "--set", "method.wtp.epochs=1", "--force"))
     assert_one_line_error(status, err, "all 3 tasks are already trained with another config", "nothing was retrained",
                           "use a new --output-dir")
-    after = {p.name: p.read_bytes() for p in [*(run / "checkpoints").iterdir(), run / "config.yaml", run / "metrics.json"]}
+    after = {p.name: p.read_bytes()
+             for p in [*(run / "checkpoints").iterdir(), run / "config.yaml", run / "metrics.json"]}
     assert after == before
 
 

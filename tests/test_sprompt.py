@@ -14,12 +14,7 @@ from norga.engine import run_training
 from norga.toolkit.stages import extract_features
 from norga.methods.base import TestBatch as Batch
 from norga.methods.sprompt import nearest_centroid_task
-from conftest import SMOKE
-
-SPROMPT = ["method={name: sprompt, prompt_length: 3, centroids_per_task: 2, epochs: 2, lr: 0.05, batch_size: 64}"]
-
-
-TINY_DATA = ["data.classes_per_task=2", "data.options={num_classes: 6, train_per_class: 12, test_per_class: 6}"]
+from conftest import SMOKE, SPROMPT
 
 
 def tiny_args(out) -> list:
@@ -42,13 +37,6 @@ def test_config_defaults_follow_the_official_code_and_bad_values_are_named():
                                                                                             "cosine")
     with pytest.raises(ConfigError, match="method.distance: 'cosine' is not one of"):
         load_config(SMOKE, ["method={name: sprompt, distance: cosine}"])
-
-
-@pytest.fixture(scope="module")
-def sprompt_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("runs") / "sprompt"
-    cfg = load_config(SMOKE, TINY_DATA + SPROMPT)
-    return cfg, out, run_training(cfg, out)
 
 
 def test_old_prompts_stay_frozen_and_centroids_are_k_means_fixed_points(sprompt_run):
@@ -86,7 +74,6 @@ def test_the_prompt_is_tokens_after_the_class_token_of_block_zero(sprompt_run):
         tokens = torch.cat([tokens[:, :1], prompt.expand(len(x), -1, -1), tokens[:, 1:]], dim=1)
         expected = vit.norm(vit.blocks(vit.norm_pre(tokens)))[:, 0]
         assert torch.allclose(method.model(x, method.tokens(prompt)), expected, atol=1e-5)
-
 
 
 def test_too_few_images_for_the_centroids_is_one_clear_error(tmp_path):

@@ -1,27 +1,34 @@
-"""Tests for the linear-vs-NoRGa estimation-rate simulation (norga.theory.gating_rates.experiments*)."""
+"""Tests for the linear-vs-NoRGa estimation-rate simulation (theory.gating_rates.experiments*)."""
 from __future__ import annotations
 
 import json
 import math
+import sys
 
 import numpy as np
 import pytest
 import torch
 
 from norga.gates.modules import LinearGate, NoRGaGate
-from norga.theory.gating_rates.experiments import GATE_NAMES, METRICS, PARTS, Config, Suite, main, run, simulate_one_n
-from norga.theory.gating_rates.fit import (default_box, fit_lm, init_atoms, split_moves, to_free,
-                                           to_theta)
-from norga.theory.gating_rates.loss import (bootstrap_slope, loglog_slope, loss_eq17, loss_eq23,
-                                            parameter_errors, voronoi_cells)
-from norga.theory.gating_rates.identifiability import (def42_functions, independence_ratio,
-                                                       merge_coincident, pde_residual)
-from norga.theory.gating_rates.model import (default_truth, embed_truth, make_gate, pretrained_sums,
-                                             regression_fn, regression_jacobian, sample_inputs,
-                                             single_atom_truth)
-from norga.theory.gating_rates.omega import eq17_single_cell, measure_on_sphere, omega_ratio
-from norga.theory.gating_rates.paths import Grid, path_distances
-from norga.theory.gating_rates.twopoint import TwoPointConfig, closed_form, monte_carlo
+
+from conftest import REPO_ROOT
+
+sys.path.insert(0, str(REPO_ROOT))  # theory/ is beside norga/, not installed
+
+from theory.gating_rates.experiments import (GATE_NAMES, METRICS, PARTS, Config, Suite, main, run,  # noqa: E402
+                                             simulate_one_n)
+from theory.gating_rates.fit import (default_box, fit_lm, init_atoms, split_moves, to_free,  # noqa: E402
+                                     to_theta)
+from theory.gating_rates.loss import (bootstrap_slope, loglog_slope, loss_eq17, loss_eq23,  # noqa: E402
+                                      parameter_errors, voronoi_cells)
+from theory.gating_rates.identifiability import (def42_functions, independence_ratio,  # noqa: E402
+                                                 merge_coincident, pde_residual)
+from theory.gating_rates.model import (default_truth, embed_truth, make_gate, pretrained_sums,  # noqa: E402
+                                       regression_fn, regression_jacobian, sample_inputs,
+                                       single_atom_truth)
+from theory.gating_rates.omega import eq17_single_cell, measure_on_sphere, omega_ratio  # noqa: E402
+from theory.gating_rates.paths import Grid, path_distances  # noqa: E402
+from theory.gating_rates.twopoint import TwoPointConfig, closed_form, monte_carlo  # noqa: E402
 
 D = 2
 # true measure: two atoms, packed [beta1 (2), a (2), b]

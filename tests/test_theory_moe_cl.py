@@ -3,15 +3,20 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from norga.theory.moe_cl import figures as moe_cl, sweep as moe_cl_sweep
-from norga.theory.moe_cl.core import GateState, exploration_rounds, gate_gradient, min_norm_update, softmax
-from norga.theory.moe_cl.synth import SynthConfig, make_data, routing_noise, run_synthetic, within_cluster_gaps
+from conftest import REPO_ROOT
+
+sys.path.insert(0, str(REPO_ROOT))  # theory/ is beside norga/, not installed
+
+from theory.moe_cl import figures as moe_cl, sweep as moe_cl_sweep  # noqa: E402
+from theory.moe_cl.core import GateState, exploration_rounds, gate_gradient, min_norm_update, softmax  # noqa: E402
+from theory.moe_cl.synth import SynthConfig, make_data, routing_noise, run_synthetic, within_cluster_gaps  # noqa: E402
 
 MNIST = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "mnist.npz"
 

@@ -131,9 +131,9 @@ def tuna_run(tmp_path_factory):
 
 
 def test_smoke_run_adapters_universal_slot_and_accuracy_by_hand(tuna_run):
-    """Old task adapters change only in their up-projection (orth_updates_old); slot 0 is the elect-merge of the task adapters; class means come from the
-    un-augmented images under their task's adapter; the final accuracies are the entropy-selected adapter's softmax
-    plus the last adapter's (``universal: last_task``), written out."""
+    """Old task adapters change only in their up-projection (orth_updates_old); slot 0 is the elect-merge of the task
+    adapters; class means come from the un-augmented images under their task's adapter; the final accuracies are the
+    entropy-selected adapter's softmax plus the last adapter's (``universal: last_task``), written out."""
     cfg, out, metrics = tuna_run
     states = [torch.load(p, weights_only=True)["method"] for p in sorted((out / "checkpoints").glob("task_*.pt"))]
     assert [s["learned_tasks"] for s in states] == [1, 2, 3]

@@ -6,8 +6,6 @@ using the true task's prompt instead of the TII-predicted one.
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 
@@ -21,8 +19,8 @@ from norga.toolkit.stages import REGULARISERS, extract_features
 
 pytestmark = pytest.mark.integration  # trains whole runs: outside the fast loop (-m "not slow and not integration")
 
-REPO = Path(__file__).resolve().parents[1]
-FAST = ["method.tii.epochs=2", "method.tii.align_epochs=1", "method.wtp.epochs=1", "method.tap.epochs=1", "data.num_tasks=3"]
+FAST = ["method.tii.epochs=2", "method.tii.align_epochs=1", "method.wtp.epochs=1", "method.tap.epochs=1",
+        "data.num_tasks=3"]
 
 
 def _setup(overrides=()):

@@ -58,7 +58,8 @@ def forward_check(ref, saved: dict) -> None:
             out = learner._network(x)
         seen = learner._total_classes
         if t == 0:
-            print(f"APER [frozen, adapted] features, max |ref - norga|: {biggest(out['features'], saved['features']):.1e}")
+            print("APER [frozen, adapted] features, max |ref - norga|: "
+                  f"{biggest(out['features'], saved['features']):.1e}")
         logits, ours = out["logits"], task["logits"][:, :seen]
         print(f"APER task {t}: prototypes max |ref - norga| "
               f"{biggest(learner._network.fc.weight.detach(), task['prototypes'][:seen]):.1e}; logits "

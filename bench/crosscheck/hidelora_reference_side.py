@@ -13,7 +13,8 @@ converted backbone, task LoRAs (``HideLoraPool``'s k/v factors) and head. Printe
 * training: task 0's WTP with the engine's own ``train_one_epoch`` (its class masking, ``orth_loss`` with
   ``--reg 0.1``, clipping of ``model.parameters()`` at 2.0) and timm's ``create_optimizer`` (Adam, lr 0.01, the
   parameters the trainer leaves trainable); task 1 the same after the engine's task-start copy of the LoRA of
-  task 0 (then reset to norga's start of task 1, so the step is compared alone) and with ``cls_mean`` filled as its ``_compute_mean`` does (covariance mode); then its ``lora_momentum``
+  task 0 (then reset to norga's start of task 1, so the step is compared alone) and with ``cls_mean`` filled as its
+  ``_compute_mean`` does (covariance mode); then its ``lora_momentum``
   0.1 step. The copy, ``_compute_mean`` and the momentum sit inside ``train_and_evaluate`` between distributed calls
   (``dist.barrier``, ``model.module``), so those three statements are restated here, not called.
 """

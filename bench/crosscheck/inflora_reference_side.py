@@ -41,7 +41,8 @@ def sinet(ref: dict, state_dict: dict, head: dict):
     encoder = ref["ViT_lora_co"](img_size=56, patch_size=14, embed_dim=384, depth=12, num_heads=6, init_values=1e-5,
                                  norm_layer=partial(nn.LayerNorm, eps=1e-6), n_tasks=TASKS, rank=RANK)
     missing, unexpected = encoder.load_state_dict(state_dict, strict=False)
-    missing = [k for k in missing if not k.startswith(("head.", "cls_token_grow", "pos_embed_grow")) and ".lora_" not in k]
+    missing = [k for k in missing
+               if not k.startswith(("head.", "cls_token_grow", "pos_embed_grow")) and ".lora_" not in k]
     assert not missing and not unexpected, (missing, unexpected)
     for module in encoder.modules():
         if isinstance(module, ref["Attention_LoRA"]):
@@ -107,7 +108,8 @@ def forward_check(ref: dict, saved: dict) -> None:
               f"{biggest(net.interface(x), ours['logits']):.1e}")
     for half in (x[:8], x[8:]):
         net(half, get_cur_feat=True)
-    gap = max(biggest(m.cur_matrix.double(), saved["representation"][str(i)]) for i, m in enumerate(attentions(ref, net)))
+    gap = max(biggest(m.cur_matrix.double(), saved["representation"][str(i)])
+              for i, m in enumerate(attentions(ref, net)))
     scale = max(float(m.abs().max()) for m in saved["representation"].values())
     print(f"InfLoRA representation matrices (its get_cur_feat running mean): {gap:.1e} (entries up to {scale:.0f})")
 

@@ -7,9 +7,10 @@
 CHECKOUT is Minhchuyentoancbn/MoE_PromptCL at e418337 (a git checkout, unchanged on disk). Its ``main.py`` runs as
 the authors' script ``scripts/cifar100_DINO_NoRGa.sh`` does (stage 1: the task-identity head, stage 2: prompts and
 classifier), with the small task's flags (bench/crosscheck/speed_flags.py). Patched in memory for this CPU, nothing
-else: ``torch.cuda.synchronize`` a no-op; their checkpoints' ``argparse.Namespace`` allowed to ``torch.load`` (torch >= 2.6
-loads weights only by default); the one-permute fix of the prefix reshape in ``peft/prompt/norga_prompt.py``;
-``create_model`` builds their VisionTransformer as DINOv2 ViT-S/14 at ``--input-size`` with layer scale and loads
+else: ``torch.cuda.synchronize`` a no-op; their checkpoints' ``argparse.Namespace`` allowed to ``torch.load``
+(torch >= 2.6 loads weights only by default); the one-permute fix of the prefix reshape in
+``peft/prompt/norga_prompt.py``; ``create_model`` builds their VisionTransformer as DINOv2 ViT-S/14 at
+``--input-size`` with layer scale and loads
 the converted backbone ``--weights`` (only heads, prompts and the TII MLP are missing); a ``Split-CIFAR50xc`` dataset
 reads the small task from the .npz; the CIFAR train crop takes ``--input-size`` instead of 224. Their stage functions
 are wrapped with timers (bench/crosscheck/stage_timer.py); one JSON line (seconds per stage, wall, and after stage 2

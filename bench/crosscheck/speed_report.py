@@ -43,9 +43,9 @@ def prepare_inputs(work: Path, shared: Path) -> tuple:
     if not weights.exists():
         from norga.config import load_config
         from norga.engine.task_loop import build_vit, resolve_config
+        checkpoint = shared / "weights" / "dinov2_vits14_imgfocus.safetensors"
         cfg = resolve_config(load_config(REPO / "configs" / "crosscheck" / "norga.yaml",
-                                         [f"model.checkpoint={shared / 'weights' / 'dinov2_vits14_imgfocus.safetensors'}",
-                                          f"data.root={npz}"]))
+                                         [f"model.checkpoint={checkpoint}", f"data.root={npz}"]))
         torch.save({k: v.float() for k, v in build_vit(cfg).state_dict().items()}, weights)
     return npz, weights
 

@@ -5,8 +5,9 @@ the reference side imports this module under the reference code's own environmen
 to its own stage and subtracted from the caller's, so the stages of one process add up to at most its wall time.
 Beside wall seconds it keeps this process's CPU seconds (``time.process_time``, user + system) per stage the same
 way: on a machine shared with other jobs, CPU seconds of a one-thread process measure its work where wall time
-measures the load. ``startup`` is the time from the process start (``t0``, a ``time.time()`` taken by the parent right before it
-started the process) to the first timed call. :func:`write` appends the record as one JSON object to a file.
+measures the load. ``startup`` is the time from the process start (``t0``, a ``time.time()`` taken by the parent
+right before it started the process) to the first timed call. :func:`write` appends the record as one JSON object
+to a file.
 """
 from __future__ import annotations
 

@@ -172,7 +172,8 @@ def mean_lines(rows: List[dict]) -> List[str]:
     """Per method: mean FA of each side and norga − reference (paired by seed) with a 95% t interval; the same
     for norga's rows from before the named random streams where they exist."""
     lines = ["| method | reference FA | norga FA | norga − reference FA [95% CI] | norga before the named streams: "
-             "FA, − reference | reference as shipped FA | SimpleCIL FA (prompt-free) |", "|---|---|---|---|---|---|---|"]
+             "FA, − reference | reference as shipped FA | SimpleCIL FA (prompt-free) |",
+             "|---|---|---|---|---|---|---|"]
     for method in METHODS:
         by_side = {side: {r["seed"]: r["FA"] for r in rows if r["method"] == method and r["side"] == side}
                    for side in SIDES}

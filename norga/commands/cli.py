@@ -230,15 +230,15 @@ def data_main(argv: Sequence[str]) -> int:
 
 
 def reproduce_main(argv: Sequence[str]) -> int:
-    """``norga reproduce``: :mod:`norga.reproduce.cli` (imported only now)."""
-    from ..reproduce.cli import main as run
+    """``norga reproduce``: :mod:`norga.commands.reproduce_command` (imported only now)."""
+    from .reproduce_command import main as run
 
     return guarded(lambda: run(list(argv)), lambda: "finished runs are kept; run the same command again")
 
 
 def configs_main(argv: Sequence[str]) -> int:
-    """``norga configs [show NAME | copy NAME DIR]``: :mod:`norga.config.shipped_command` (imported only now)."""
-    from ..config.shipped_command import main as run
+    """``norga configs [show NAME | copy NAME DIR]``: :mod:`norga.commands.configs_command` (imported only now)."""
+    from .configs_command import main as run
 
     return guarded(lambda: run(list(argv)), lambda: "nothing was written")
 

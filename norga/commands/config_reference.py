@@ -68,7 +68,8 @@ def _allowed(f: dataclasses.Field) -> str:
     meta = f.metadata
     if meta.get("choices"):
         return " \\| ".join(f"`{c}`" for c in meta["choices"])
-    bounds = [f"{sign} {meta[key]}" for key, sign in (("ge", "≥"), ("gt", ">"), ("le", "≤")) if meta.get(key) is not None]
+    bounds = [f"{sign} {meta[key]}" for key, sign in (("ge", "≥"), ("gt", ">"), ("le", "≤"))
+              if meta.get(key) is not None]
     return ", ".join(bounds)
 
 

@@ -27,5 +27,6 @@ from .schema import (AMP_MODES, COMPILE_MODES, DEFAULT_METHOD, MOVED_KEYS, Confi
 __all__ = ["ConfigError", "_f", "load_config", "merge_configs", "read_config_file", "config_to_dict", "from_dict",
            "SCHEDULE_STEPPINGS", "stepping_field",
            "METHOD_CONFIGS", "METHOD_MODULES", "METHODS_PACKAGE", "method_config", "method_config_class",
-           "method_configs", "same_options", "shared_sections", "AMP_MODES", "COMPILE_MODES", "DEFAULT_METHOD", "MOVED_KEYS", "Config",
+           "method_configs", "same_options", "shared_sections", "AMP_MODES", "COMPILE_MODES", "DEFAULT_METHOD",
+           "MOVED_KEYS", "Config",
            "DataConfig", "LoggingConfig", "MethodConfig", "ModelConfig"]

@@ -79,7 +79,8 @@ def fidelity_report(cfg) -> str:
         if value == authors:
             lines.append(f"  #{item.number:<2} {item.key} = {value!r}: authors' code")
         else:
-            lines.append(f"  #{item.number:<2} {item.key} = {value!r}: NOT the authors' ({authors!r}); {item.otherwise}")
+            lines.append(f"  #{item.number:<2} {item.key} = {value!r}: NOT the authors' ({authors!r}); "
+                         f"{item.otherwise}")
     lines.append("  always: FM and FM_official both reported; per-sample prompt choice (no batch vote); "
                  "keys/values never mixed across the batch")
     return "\n".join(lines)

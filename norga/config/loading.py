@@ -130,7 +130,8 @@ def config_chain(path: Path, _including: Tuple[Path, ...] = ()) -> List[Tuple[Pa
     base_path = (path.parent / base).resolve()
     chain = _including + (path.resolve(),)
     if base_path in chain:
-        raise ConfigError(f"{path}: base {base!r} includes itself ({' -> '.join(str(p) for p in chain + (base_path,))})")
+        raise ConfigError(f"{path}: base {base!r} includes itself "
+                          f"({' -> '.join(str(p) for p in chain + (base_path,))})")
     if not base_path.is_file():
         raise ConfigError(f"{path}: base config not found: {base_path} (base paths are relative to the file)")
     return config_chain(base_path, chain) + [(path, raw)]

@@ -1,4 +1,5 @@
-"""The run config's dataclasses: the run itself, ``data``, ``model``, ``logging``, and the base of every method section."""
+"""The run config's dataclasses: the run itself, ``data``, ``model``, ``logging``, and the base of every method
+section."""
 from __future__ import annotations
 
 import re

@@ -154,7 +154,8 @@ class Benchmark:
         names = raw.class_names
         self.class_names = [names[c] for c in class_order] if names else None
         self.recipes = task_recipes(transforms, name, self._task_components(raw))
-        built = {r: (build_transforms(image_size, mean, std, True, r), build_transforms(image_size, mean, std, False, r))
+        built = {r: (build_transforms(image_size, mean, std, True, r),
+                     build_transforms(image_size, mean, std, False, r))
                  for r in set(self.recipes)}
         self._tfs = [built[r] for r in self.recipes]  # (train, test) transform per task
         self._info = {**info, "transforms": transforms, "task_recipes": list(self.recipes)}

@@ -79,7 +79,8 @@ def check_imagenet_r(root: Path) -> CheckReport:
     short = {c: missing for c, missing in short.items() if missing}
     if short:
         n = sum(len(m) for m in short.values())
-        report.problems.append(f"images: {n} images missing in {len(short)} classes, e.g. {next(iter(short.values()))[:3]}")
+        report.problems.append(f"images: {n} images missing in {len(short)} classes, "
+                               f"e.g. {next(iter(short.values()))[:3]}")
     return report
 
 

@@ -135,7 +135,8 @@ def _train_in_folder(cfg: Config, run: RunDir, force: bool, feature_cache: Optio
 
     changes: dict = {}
     inputs = InputsCheck(run, cfg.model, cfg.data.num_tasks, force)  # backbone weights and data split
-    check_trackers(tracker_names(cfg.logging), cfg.logging)  # a missing package or login: one line before anything is built
+    # a missing package or login: one line before anything is built
+    check_trackers(tracker_names(cfg.logging), cfg.logging)
 
     def check(state) -> Optional[dict]:
         trained = verified_configs(run, state.done)

@@ -160,7 +160,8 @@ class HeadwiseNoRGaGate(NoRGaGate):
     def report(self) -> Dict[str, float]:
         """Means over heads, and the spread (max − min) of alpha over heads."""
         alpha, tau = self.alpha.detach().flatten(), self.tau.detach().flatten()
-        return {"alpha": float(alpha.mean()), "tau": float(tau.mean()), "alpha_spread": float(alpha.max() - alpha.min())}
+        return {"alpha": float(alpha.mean()), "tau": float(tau.mean()),
+                "alpha_spread": float(alpha.max() - alpha.min())}
 
     def extra_repr(self) -> str:
         return f"activation={self.activation}, heads={len(self.alpha)}"

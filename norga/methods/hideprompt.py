@@ -1,4 +1,5 @@
-"""HiDe-Prompt (``hideprompt``: the linear gate) and NoRGa (``norga``: a non-linear residual gate) as registered methods.
+"""HiDe-Prompt (``hideprompt``: the linear gate) and NoRGa (``norga``: a non-linear residual gate) as registered
+methods.
 
 ``learn_task(t, loaders)`` runs, for task t (paper Algorithm 1):
 

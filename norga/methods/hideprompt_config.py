@@ -128,7 +128,8 @@ class HiDePromptConfig(MethodConfig):
         if self.gate["name"] != "linear":
             raise ConfigError(f"method.gate.name: {self.gate['name']!r} under method.name: hideprompt; hideprompt is "
                               "HiDe-Prompt with the linear gate only: for this gate set method.name: norga (the same "
-                              "pipeline with a gate, e.g. method: {name: norga, gate: {name: norga, activation: tanh}})")
+                              "pipeline with a gate, e.g. method: {name: norga, gate: {name: norga, activation: "
+                              "tanh}})")
 
     def report(self, cfg) -> str:
         from ..config.fidelity import fidelity_report  # torch-free

@@ -197,7 +197,8 @@ class InfLoRA(LoRAMethod):
 
     # ---- state ---------------------------------------------------------------
     def state_dict(self, task: int) -> Dict[str, Any]:
-        return {"branches": branch_state(self.wrappers), "head": {k: v.cpu() for k, v in self.head.state_dict().items()},
+        return {"branches": branch_state(self.wrappers),
+                "head": {k: v.cpu() for k, v in self.head.state_dict().items()},
                 "memory": {key: basis.cpu() for key, (basis, _) in self.memory.items()},
                 "kinds": {key: kind for key, (_, kind) in self.memory.items()}}
 

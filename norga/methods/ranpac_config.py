@@ -18,7 +18,8 @@ class FirstSessionConfig(TuningStageFields):
     # none: no phase 1 (the frozen backbone; runs unchanged); official: adapter (CIFAR, CUB, ...), ssf (ImageNet-R/A,
     # VTAB), vpt (deep; Cars, OmniBenchmark)
     tuning: str = _f("none", choices=("none",) + TUNINGS)
-    tuned_layers: Optional[List[int]] = _f(None)  # blocks that get adapters / prompts / SSF; null: every block (official)
+    # blocks that get adapters / prompts / SSF; null: every block (official)
+    tuned_layers: Optional[List[int]] = _f(None)
     prompt_length: int = _f(5, ge=1)  # VPT-deep tokens per block; official: Prompt_Token_num=5 (hard-coded)
 
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 import copy
 from typing import Any, Dict, List
 
-import torch
 from torch import nn
 
 from ..models.prompted_vit import PromptedViT

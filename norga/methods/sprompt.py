@@ -115,7 +115,8 @@ class SPrompt(Method):
             feats = model(x.to(self.device), self.tokens(prompt))
             return {"logits": head(feats), "labels": y.to(self.device)}
 
-        run_stage(Stage("sprompt", task, c.epochs, optimizer, scheduler, train_modules=[head], lr_key=self.config_key("lr")),
+        run_stage(Stage("sprompt", task, c.epochs, optimizer, scheduler, train_modules=[head],
+                        lr_key=self.config_key("lr")),
                   batches=lambda epoch: loaders.train, forward=forward,
                   terms={"ce": cross_entropy_term(self.task_mask(task))})
         head.eval()

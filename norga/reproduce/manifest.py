@@ -9,10 +9,10 @@ A cell names a benchmark, a method, a backbone row (``model.preset``), its seeds
 the paper prints none) and their ``source``. ``config: null`` with ``missing: why`` is a published cell that
 cannot be run. A manifest may hold cells of several protocols (task split, class order, seeds, backbone, metric:
 ``protocols: {name: {label: ...}}``, a default ``protocol:`` at the top, a cell's own ``protocol:``); the report
-puts each protocol in its own table, so no number is compared across protocols. The quick GPU check's manifest gives ``expected: {FA: [low, high]}`` ranges instead. Every
-mistake in a manifest raises :class:`ManifestError` naming the entry and the key. A shipped manifest's
-``config`` names a shipped config; another manifest's is a file relative to its folder or one of its parents,
-else a shipped config's name.
+puts each protocol in its own table, so no number is compared across protocols. The quick GPU check's manifest
+gives ``expected: {FA: [low, high]}`` ranges instead. Every mistake in a manifest raises :class:`ManifestError`
+naming the entry and the key. A shipped manifest's ``config`` names a shipped config; another manifest's is a file
+relative to its folder or one of its parents, else a shipped config's name.
 """
 from __future__ import annotations
 
@@ -154,7 +154,8 @@ def _cell(path: Path, raw: dict, default_seeds: Sequence[int], known: Dict[str, 
             raise ManifestError(f"{path}: cell {entry_id}: missing key {key!r}")
     for key, names in known.items():
         if names and raw[key] not in names:
-            raise ManifestError(f"{path}: cell {entry_id}: unknown {key} {raw[key]!r}; the manifest lists {sorted(names)}")
+            raise ManifestError(f"{path}: cell {entry_id}: unknown {key} {raw[key]!r}; "
+                                f"the manifest lists {sorted(names)}")
     config_path = None
     if raw.get("config") is None:
         if not raw.get("missing"):

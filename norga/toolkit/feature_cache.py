@@ -66,7 +66,8 @@ def prompted_features(model: nn.Module, x: Tensor, index: Tensor, prompt_ids: Te
         missing = chosen & ~have[index]
         if missing.any():
             m = int(missing.sum())
-            prompt = task_prompts(k, m) if callable(task_prompts) else task_prompts[k].expand(m, *task_prompts.shape[1:])
+            prompt = (task_prompts(k, m) if callable(task_prompts)
+                      else task_prompts[k].expand(m, *task_prompts.shape[1:]))
             feats[index[missing]] = model(x[missing.to(x.device)], prompt).float().cpu()
             have[index[missing]] = True
         out[chosen] = feats[index[chosen]]

@@ -120,5 +120,6 @@ def align_head(head: nn.Module, store: GaussianStore, classes: Sequence[int], nu
 
     run_stage(Stage(stage, task, epochs, optimizer, epoch_scheduler(optimizer, "cosine", epochs),
                     train_modules=[head], lr_key=lr_key),
-              batches=batches, forward=lambda b: {"logits": head(to_device(b[0], device)), "labels": to_device(b[1], device)},
+              batches=batches,
+              forward=lambda b: {"logits": head(to_device(b[0], device)), "labels": to_device(b[1], device)},
               terms={"ce": cross_entropy_term(class_mask(num_classes, classes, device))})

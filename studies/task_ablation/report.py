@@ -1,5 +1,5 @@
-"""The report of ``studies.task_ablation.run`` (issue #33): the rule's tables (``studies/task_ablation/rule.py``) and the
-diagnostics added while the grid ran, which read the same rows and change nothing in the rule.
+"""The report of ``studies.task_ablation.run`` (issue #33): the rule's tables (``studies/task_ablation/rule.py``) and
+the diagnostics added while the grid ran, which read the same rows and change nothing in the rule.
 
 Added on 2026-11-27, after 176 of the grid's 255 cells had run (marked so in the report):
 

@@ -16,8 +16,8 @@ both on the task's test images with logits over its classes; the probe is traine
 training images with WTP's epochs, lr and batch. Rows also carry WTP's CE and regulariser per epoch (curves,
 drawn per regime and level into ``<results>.png`` by ``studies/task_ablation/figure.py``; first and last epoch also as
 numbers), the feature change of the trained prompt against a random prompt of the same norm, the prompt change
-and the minutes. Rows are appended to ``studies/task_ablation/task_ablation.json`` as cells finish; a cell already there is
-skipped (resumable). Two processes never write one results file: side by side, each gets its own ``--results``
+and the minutes. Rows are appended to ``studies/task_ablation/task_ablation.json`` as cells finish; a cell already
+there is skipped (resumable). Two processes never write one results file: side by side, each gets its own ``--results``
 stem and ``--merge`` adds their rows afterwards (``bench/row_merge.py``; a cell two lanes disagree on is refused).
 
 PRE-REGISTERED (written 2026-11-25, before any cell ran; the grid, the readout and the rule are not changed after
@@ -38,8 +38,8 @@ seeing results; an added level or regime is marked as added later)
   The statistics and the rule as code: ``studies/task_ablation/rule.py``.
 
 ``--combination`` reads the rule's pick from the merged rows (``--grid``, default the committed
-``studies/task_ablation/task_ablation.json``; one clear error while a cell of the grid is missing) and runs it as the level
-``combination`` on fresh seeds; its rows name the levels it combined. Rows written by this code (since commit
+``studies/task_ablation/task_ablation.json``; one clear error while a cell of the grid is missing) and runs it as the
+level ``combination`` on fresh seeds; its rows name the levels it combined. Rows written by this code (since commit
 c984e79, 2026-11-27) also name the backbone (``backbone``: the first 16 hex digits of the sha256 of
 ``model.checkpoint``, as in a run's metrics.json); a cell is not resumed onto rows of the same cell that name
 another backbone.

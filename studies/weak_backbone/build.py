@@ -16,10 +16,10 @@ timm's mean/std of the architecture (0.5, 0.5).
 Writes into ``--out``: ``state.pt`` (model, optimiser, epoch, generator; rewritten atomically after every epoch,
 so a killed run resumes at the next epoch), ``log.jsonl`` (one line per epoch), ``backbone.pt`` (the state dict
 without the head, what ``model.checkpoint`` loads strictly with ``model.name: vit_tiny_patch16_224`` and
-``model.timm_kwargs: {patch_size: 4, depth: 6, embed_dim: 96, num_heads: 3}`` at ``data.image_size: 32``) and ``report.json``: its sha256, the
-test accuracy on classes 50-99 (its own head) and a linear probe's on classes 0-49 (scikit-learn logistic
-regression on frozen class-token features of all 500 train / 100 test images per class). The weights are never
-committed; docs/results.md quotes the checksum and the accuracies from report.json.
+``model.timm_kwargs: {patch_size: 4, depth: 6, embed_dim: 96, num_heads: 3}`` at ``data.image_size: 32``) and
+``report.json``: its sha256, the test accuracy on classes 50-99 (its own head) and a linear probe's on classes 0-49
+(scikit-learn logistic regression on frozen class-token features of all 500 train / 100 test images per class). The
+weights are never committed; docs/results.md quotes the checksum and the accuracies from report.json.
 """
 from __future__ import annotations
 
@@ -118,7 +118,8 @@ def train(args) -> torch.nn.Module:
             correct += int((logits.argmax(1) == labels[idx]).sum())
             seen += len(idx)
         save_state(args.out, model, optimizer, epoch, gen)
-        line = {"epoch": epoch, "loss": total / seen, "train_acc": correct / seen, "minutes": (time.time() - began) / 60}
+        line = {"epoch": epoch, "loss": total / seen, "train_acc": correct / seen,
+                "minutes": (time.time() - began) / 60}
         with open(args.out / "log.jsonl", "a") as log:
             log.write(json.dumps(line) + "\n")
         print(json.dumps(line), flush=True)

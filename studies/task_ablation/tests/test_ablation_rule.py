@@ -1,6 +1,6 @@
-"""The pre-registered decision rule of issue #33's task-level ablation (studies/task_ablation/rule.py) on hand-built rows,
-the combination's overrides (studies/task_ablation/grid.py), and ``studies.task_ablation.run --combination`` end to end with the
-cell's training replaced by a recorder."""
+"""The pre-registered decision rule of issue #33's task-level ablation (studies/task_ablation/rule.py) on hand-built
+rows, the combination's overrides (studies/task_ablation/grid.py), and ``studies.task_ablation.run --combination``
+end to end with the cell's training replaced by a recorder."""
 from __future__ import annotations
 
 import json

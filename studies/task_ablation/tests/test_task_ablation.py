@@ -1,5 +1,5 @@
-"""The task-level ablation bench of issue #33 (studies/task_ablation/run.py): every pre-registered level is a valid config,
-the statistics are the hand-computed ones, and a cell's readout is the method's own diagnostics."""
+"""The task-level ablation bench of issue #33 (studies/task_ablation/run.py): every pre-registered level is a valid
+config, the statistics are the hand-computed ones, and a cell's readout is the method's own diagnostics."""
 from __future__ import annotations
 
 import json
@@ -36,7 +36,8 @@ def test_every_level_changes_exactly_what_it_names(regime):
     epochs = ta.cell_config(REGIMES[regime], "epochs_x0.5", 3, EXTRA, quick=False)
     assert epochs.method.wtp.epochs == max(1, round(base.method.wtp.epochs / 2))
     swapped = ta.cell_config(REGIMES[regime], "aug_swap", 3, EXTRA, quick=False)
-    assert "plain" in {swapped.data.transforms, base.data.transforms} and swapped.data.transforms != base.data.transforms
+    assert "plain" in {swapped.data.transforms, base.data.transforms}
+    assert swapped.data.transforms != base.data.transforms
 
 
 def test_layers_all_prompts_every_block_of_the_backbone():

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import List, Optional, Sequence
 
 from ..outputs import OUTPUT_FOLDER
-from .origins import resolved_lines
-from .shipped import copy_config, description, shipped_names, shipped_path, shipped_root, unknown_name
+from ..config.origins import resolved_lines
+from ..config.shipped import copy_config, description, shipped_names, shipped_path, shipped_root, unknown_name
 
 
 def parser() -> argparse.ArgumentParser:

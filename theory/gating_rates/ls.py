@@ -51,10 +51,10 @@ from typing import Dict, List, Sequence, Tuple
 import numpy as np
 import torch
 
-from norga.theory.gating_rates.fit import default_box, fit_lm, init_atoms, split_moves, sse
-from norga.theory.gating_rates.loss import all_losses, bootstrap_slope
-from norga.theory.gating_rates.model import (GATE_NAMES, default_truth, embed_truth, make_gate,
-                                             pretrained_sums, regression_fn, sample_inputs)
+from theory.gating_rates.fit import default_box, fit_lm, init_atoms, split_moves, sse
+from theory.gating_rates.loss import all_losses, bootstrap_slope
+from theory.gating_rates.model import (GATE_NAMES, default_truth, embed_truth, make_gate,
+                                       pretrained_sums, regression_fn, sample_inputs)
 
 METRICS = ("voronoi_eq17", "voronoi_eq23_r1", "voronoi_eq23_r2", "param_exact", "param_over",
            "regression_l2")

@@ -23,9 +23,9 @@ import numpy as np
 import torch
 from scipy.optimize import minimize
 
-from norga.theory.gating_rates.fit import default_box
-from norga.theory.gating_rates.model import TruthSpec
-from norga.theory.gating_rates.paths import Grid
+from theory.gating_rates.fit import default_box
+from theory.gating_rates.model import TruthSpec
+from theory.gating_rates.paths import Grid
 
 
 def eq17_single_cell(theta: torch.Tensor, atom: torch.Tensor) -> torch.Tensor:

@@ -102,7 +102,7 @@ class TruthSpec:
 
 
 def default_truth(power: int = 2, x_range: float = 1.0, expert: str = "gelu") -> TruthSpec:
-    """The setup documented in ``norga.theory.gating_rates.experiments``: N = 2, D = 2, L = 2."""
+    """The setup documented in ``theory.gating_rates.experiments``: N = 2, D = 2, L = 2."""
     if expert not in EXPERTS:
         raise ValueError(f"unknown expert {expert!r}; choose from {EXPERTS}")
     t = lambda v: torch.tensor(v, dtype=torch.float64)  # noqa: E731

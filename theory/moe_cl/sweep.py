@@ -1,6 +1,6 @@
 """Where do Fig. 2's errors reach ~0? Sweep of the within-cluster gap x Gamma x M (issue 20).
 
-    python -m norga.theory.moe_cl.sweep --out DIR [--seeds 20] [--T 2000] [--quick]
+    python -m theory.moe_cl.sweep --out DIR [--seeds 20] [--T 2000] [--quick]
 
 "Theory on Mixture-of-Experts in Continual Learning" (Li et al.) assumes tasks of
 one cluster differ by ||w_n - w_n'||_inf = O(sigma0^1.5) (Sec. 4.2) and varies the
@@ -27,8 +27,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from norga.theory.moe_cl.figures import positive_int
-from norga.theory.moe_cl.synth import SynthConfig, make_data, routing_noise, run_synthetic, within_cluster_gaps
+from theory.moe_cl.figures import positive_int
+from theory.moe_cl.synth import SynthConfig, make_data, routing_noise, run_synthetic, within_cluster_gaps
 
 SIGMA0 = SynthConfig().sigma0
 GAMMA_EXPONENTS = (0.75, 1.0, 1.25, 1.5)
@@ -172,7 +172,7 @@ def plot_sweep(res: Dict[str, object], path: Path, split_gamma: str = "s0^1.25")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m norga.theory.moe_cl.sweep", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m theory.moe_cl.sweep", description=__doc__.split("\n")[0])
     p.add_argument("--out", type=Path, required=True, help="output directory (created if absent)")
     p.add_argument("--seeds", type=positive_int, default=20, help="number of seeds (default 20)")
     p.add_argument("--T", type=positive_int, default=None, help="rounds per run (default 2000; --quick: 300)")

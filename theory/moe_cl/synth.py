@@ -25,7 +25,7 @@ from typing import Dict, Optional
 
 import numpy as np
 
-from norga.theory.moe_cl.core import ErrorLedger, GateHyper, GateState, min_norm_update
+from theory.moe_cl.core import ErrorLedger, GateHyper, GateState, min_norm_update
 
 
 @dataclass
@@ -116,7 +116,8 @@ def routing_noise(cfg: SynthConfig, seeds, M: int) -> np.ndarray:
     return np.stack([np.random.default_rng([int(s), 1, M]).uniform(0.0, cfg.lam, size=(cfg.T, M)) for s in seeds])
 
 
-def run_synthetic(cfg: SynthConfig, data: SynthData, noise: np.ndarray, M: int, terminate: bool) -> Dict[str, np.ndarray]:
+def run_synthetic(cfg: SynthConfig, data: SynthData, noise: np.ndarray, M: int,
+                  terminate: bool) -> Dict[str, np.ndarray]:
     """Algorithm 1 on the synthetic stream for B seeds at once.
 
     Returns F, G (B, T) [index t-1 = round t], experts (B, T) chosen m_t,

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from norga.theory.moe_cl.core import ErrorLedger, GateHyper, GateState
+from theory.moe_cl.core import ErrorLedger, GateHyper, GateState
 
 DIGITS = (1, 4, 7)
 
@@ -157,7 +157,8 @@ def run_mnist(stream: Sequence[dict], cfg: MnistConfig, M: int, terminate: bool,
                 digits=np.array([s["digit"] for s in stream]), T1=gate.T1)
 
 
-def run_figure5(data: Dict[str, np.ndarray], cfg: MnistConfig, Ms: Sequence[int], seeds: Sequence[int], log=print) -> dict:
+def run_figure5(data: Dict[str, np.ndarray], cfg: MnistConfig, Ms: Sequence[int], seeds: Sequence[int],
+                log=print) -> dict:
     """All (M, termination) runs; M = 1 is run once (its gate gradient is identically 0).
 
     Returns {mode: {M: list over seeds of run dicts}}.

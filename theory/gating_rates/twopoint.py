@@ -32,9 +32,9 @@ from typing import Dict, List, Sequence
 import torch
 from scipy.stats import norm
 
-from norga.theory.gating_rates.model import make_gate, pretrained_sums, regression_fn, sample_inputs, \
+from theory.gating_rates.model import make_gate, pretrained_sums, regression_fn, sample_inputs, \
     single_atom_truth
-from norga.theory.gating_rates.paths import DEFAULT_C, DEFAULT_V, Grid, mean_slope, pde_path
+from theory.gating_rates.paths import DEFAULT_C, DEFAULT_V, Grid, mean_slope, pde_path
 
 TWO_POINT_GATES = ("linear", "tanh", "sigmoid")
 

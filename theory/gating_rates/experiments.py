@@ -18,7 +18,7 @@ polynomial rate). Three parts, each in its own module:
   atoms for GELU experts (both gates identifiable) and affine experts (Thm A.1's
   non-identifiability), losses vs n.
 
-Run ``python -m norga.theory.gating_rates.experiments [--quick] --out DIR``; it writes
+Run ``python -m theory.gating_rates.experiments [--quick] --out DIR``; it writes
 ``DIR/results.json`` (``{"identifiability": ..., "two_point": ...,
 "least_squares": {"<expert>": {"<gate>": ...}}, "seconds": {...}}``),
 ``DIR/setup.json`` and ``DIR/rates.png``.
@@ -36,11 +36,11 @@ from typing import Dict, List, Optional, Sequence
 
 import torch
 
-from norga.theory.gating_rates.identifiability import IdentConfig, run_identifiability
-from norga.theory.gating_rates.ls import (DEFAULT_NS, METRICS, QUICK_NS, Config,  # noqa: F401
-                                          multistart_fit, run_least_squares, simulate_one_n)
-from norga.theory.gating_rates.model import EXPERTS, GATE_NAMES
-from norga.theory.gating_rates.twopoint import TwoPointConfig, run_two_point
+from theory.gating_rates.identifiability import IdentConfig, run_identifiability
+from theory.gating_rates.ls import (DEFAULT_NS, METRICS, QUICK_NS, Config,  # noqa: F401
+                                    multistart_fit, run_least_squares, simulate_one_n)
+from theory.gating_rates.model import EXPERTS, GATE_NAMES
+from theory.gating_rates.twopoint import TwoPointConfig, run_two_point
 
 PARTS = ("identifiability", "two_point", "least_squares")
 LS_EXPERTS = ("gelu", "affine")
@@ -95,7 +95,7 @@ def run(suite: Suite, out_dir: Path, log=print) -> Dict[str, object]:
                       "c0": spec.c0.tolist(), "a0": spec.a0.tolist(), "b0": spec.b0.tolist(),
                       "box_lo": suite.ls.box()[0].tolist(), "box_hi": suite.ls.box()[1].tolist()})
     (out_dir / "setup.json").write_text(json.dumps(setup, indent=1))
-    from norga.theory.gating_rates.plot import plot_all, slope_table
+    from theory.gating_rates.plot import plot_all, slope_table
     plot_all(results, out_dir / "rates.png")
     for expert, res in results.get("least_squares", {}).items():
         log(f"[{expert} experts] slopes of per-n means [95% bootstrap CI]:\n" + slope_table(res))
@@ -123,7 +123,7 @@ def _numbers(text: str, kind, flag: str, p: argparse.ArgumentParser, minimum) ->
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     """Parse and validate the CLI; bad input exits with status 2 and a clear message."""
-    p = argparse.ArgumentParser(prog="python -m norga.theory.gating_rates.experiments",
+    p = argparse.ArgumentParser(prog="python -m theory.gating_rates.experiments",
                                 description=__doc__.split("\n")[0])
     p.add_argument("--out", required=True, type=Path, help="output directory (created)")
     p.add_argument("--quick", action="store_true", help="tiny version of every part (smoke tests, ~30 s)")

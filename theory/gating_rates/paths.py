@@ -33,7 +33,7 @@ from scipy.stats import qmc
 from torch import Tensor
 
 from norga.gates.modules import Gate
-from norga.theory.gating_rates.model import TruthSpec, pretrained_sums, regression_fn
+from theory.gating_rates.model import TruthSpec, pretrained_sums, regression_fn
 
 PATH_NAMES = ("thm_a1", "rescale", "beta_split", "pde")
 DEFAULT_V = (0.6, 0.8)   # unit direction in beta1-space

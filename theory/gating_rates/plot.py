@@ -1,4 +1,4 @@
-"""Figure and text table for :mod:`norga.theory.gating_rates.experiments` results.
+"""Figure and text table for :mod:`theory.gating_rates.experiments` results.
 
 ``rates.png`` is a 3 x 4 grid: row 1 least squares with GELU experts, row 2
 least squares with affine experts (E3), row 3 the identifiability paths and

@@ -34,10 +34,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from norga.theory.gating_rates.loss import loglog_slope
-from norga.theory.gating_rates.model import TruthSpec, make_gate, single_atom_truth
-from norga.theory.gating_rates.omega import omega_table
-from norga.theory.gating_rates.paths import PATH_NAMES, Grid, path_distances
+from theory.gating_rates.loss import loglog_slope
+from theory.gating_rates.model import TruthSpec, make_gate, single_atom_truth
+from theory.gating_rates.omega import omega_table
+from theory.gating_rates.paths import PATH_NAMES, Grid, path_distances
 
 IDENT_GATES = ("linear", "tanh", "sigmoid")
 IDENT_EXPERTS = ("affine", "poly", "relu", "gelu")

@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from norga.gates.modules import Gate
-from norga.theory.gating_rates.model import TruthSpec, regression_fn, regression_jacobian
+from theory.gating_rates.model import TruthSpec, regression_fn, regression_jacobian
 
 CHUNK_ELEMENTS = 3_000_000  # doubles per (B, chunk, K*Q) Jacobian block
 

@@ -1,7 +1,7 @@
 """Reproduce Figures 2 and 5 of "Theory on Mixture-of-Experts in Continual Learning".
 
-    python -m norga.theory.moe_cl.figures --figure 2 --out DIR [--seeds 20] [--quick]
-    python -m norga.theory.moe_cl.figures --figure 5 --out DIR [--mnist PATH] [--epochs 150] [--quick]
+    python -m theory.moe_cl.figures --figure 2 --out DIR [--seeds 20] [--quick]
+    python -m theory.moe_cl.figures --figure 5 --out DIR [--mnist PATH] [--epochs 150] [--quick]
 
 Writes DIR/figure<k>.png (forgetting F_t and generalization error G_t over t
 for every M, with and without termination of the gate update) and
@@ -22,8 +22,8 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from norga.theory.moe_cl.core import summarize
-from norga.theory.moe_cl.synth import SynthConfig, make_data, routing_noise, run_synthetic
+from theory.moe_cl.core import summarize
+from theory.moe_cl.synth import SynthConfig, make_data, routing_noise, run_synthetic
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_MNIST = REPO_ROOT.parent / "shared" / "data" / "mnist.npz"
@@ -145,7 +145,7 @@ def figure2(args) -> dict:
 
 def figure5(args) -> dict:
     """Appendix A.4 runs (CNN experts on MNIST digits 1/4/7)."""
-    from norga.theory.moe_cl.mnist import DIGITS, MnistConfig, load_mnist, run_figure5
+    from theory.moe_cl.mnist import DIGITS, MnistConfig, load_mnist, run_figure5
 
     data = load_mnist(args.mnist)
     cfg = MnistConfig(epochs=args.epochs)
@@ -190,16 +190,19 @@ positive_int, positive_float = _positive(int), _positive(float)
 
 def build_parser() -> argparse.ArgumentParser:
     """CLI definition."""
-    p = argparse.ArgumentParser(prog="python -m norga.theory.moe_cl.figures", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m theory.moe_cl.figures", description=__doc__.split("\n")[0])
     p.add_argument("--figure", type=int, choices=(2, 5), required=True, help="2: synthetic (A.2); 5: MNIST (A.4)")
     p.add_argument("--out", type=Path, required=True, help="output directory (created if absent)")
     p.add_argument("--quick", action="store_true", help="tiny run (< 1 min) for tests")
-    p.add_argument("--seeds", type=positive_int, default=None, help="number of seeds (default 20 for fig 2, 1 for fig 5)")
+    p.add_argument("--seeds", type=positive_int, default=None,
+                   help="number of seeds (default 20 for fig 2, 1 for fig 5)")
     p.add_argument("--mnist", type=Path, default=DEFAULT_MNIST, help=f"MNIST .npz (default {DEFAULT_MNIST})")
-    p.add_argument("--epochs", type=positive_int, default=150, help="fig 5: full-batch SGD epochs per task (paper: 600)")
+    p.add_argument("--epochs", type=positive_int, default=150,
+                   help="fig 5: full-batch SGD epochs per task (paper: 600)")
     p.add_argument("--cluster-std", type=positive_float, default=None,
                    help="fig 2: per-entry std of a task's offset from its cluster centre (default sigma0^1.5)")
-    p.add_argument("--gamma", type=positive_float, default=None, help="fig 2: termination threshold (default sigma0^1.25)")
+    p.add_argument("--gamma", type=positive_float, default=None,
+                   help="fig 2: termination threshold (default sigma0^1.25)")
     return p
 
 

@@ -19,12 +19,13 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from ..errors import DIVERGED_EXIT
-from . import estimate as est
-from .inputs import missing_inputs
-from .manifest import DEFAULT_NAME, QUICK_NAME, ManifestError, load_manifest, manifest_file, parse_shard, select
 from ..outputs import OUTPUT_FILE, OUTPUT_FOLDER
-from .report import aggregate, fill_readme, markdown, write_report
-from .runner import check_configs, expand, parse_pairs, run_all
+from ..reproduce import estimate as est
+from ..reproduce.inputs import missing_inputs
+from ..reproduce.manifest import (DEFAULT_NAME, QUICK_NAME, ManifestError, load_manifest, manifest_file, parse_shard,
+                                  select)
+from ..reproduce.report import aggregate, fill_readme, markdown, write_report
+from ..reproduce.runner import check_configs, expand, parse_pairs, run_all
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="norga reproduce", description=__doc__.split("\n\n")[0],
@@ -93,7 +94,8 @@ def print_plan(cells, runs, configs, manifest, measure: bool) -> None:
                          est.train_batch(cfg))
         total += (e["seconds"] or 0.0) * len(cell_runs)
         states = ", ".join(f"{r.seed} {r.status()}" for r, _ in cell_runs)
-        print(f"    seeds: {states}; est. {est.human_seconds(e['seconds'])} and peak memory {e['peak_mib'] or '?'} per run")
+        print(f"    seeds: {states}; est. {est.human_seconds(e['seconds'])} and peak memory "
+              f"{e['peak_mib'] or '?'} per run")
         if missing:
             print(f"    not runnable here, missing: {'; '.join(missing)}")
         print(f"    $ {run.command()}")
@@ -121,7 +123,7 @@ def execute(args, cells, runs, out: Path, title: str) -> int:
         failures = run_all(runs, log, args.feature_cache)
         quick = None
     else:
-        from .quick import peak_memory_mib, stage_timings
+        from ..reproduce.quick import peak_memory_mib, stage_timings
 
         failures, quick = [], {"runs": {}}
         peak_memory_mib(reset=True)
@@ -147,7 +149,7 @@ def report(cells, out: Path, title: str, quick_records: Optional[dict] = None, s
             print(f"{fill_readme(readme, rows)} line(s) written into {readme}'s reproduced-on-GPU table")
         except (OSError, ValueError) as err:
             raise ManifestError(f"--readme: {err}") from None
-    from .quick import timing_lines
+    from ..reproduce.quick import timing_lines
 
     appendix = timing_lines(quick_records) if quick_records else ""
     paths = write_report(rows, out, title, {"quick_gpu": quick_records} if quick_records else None, appendix)
@@ -182,7 +184,7 @@ def run_reproduce(args) -> int:
 
         check_store(args.feature_cache)
     if args.quick_gpu and not args.print_commands:
-        from .quick import expected_line
+        from ..reproduce.quick import expected_line
 
         print(expected_line(runs, configs, manifest))
     if args.print_commands:
@@ -191,12 +193,12 @@ def run_reproduce(args) -> int:
         return 0
     if args.dry_run:
         if not args.no_estimate and runs:
-            from ..commands.environment import check_environment
+            from .environment import check_environment
 
             check_environment()
         print_plan(cells, runs, configs, manifest, measure=not args.no_estimate)
         return 0
-    from ..commands.environment import check_environment
+    from .environment import check_environment
 
     check_environment()
     return execute(args, cells, runs, out, title)

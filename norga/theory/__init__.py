@@ -1,1 +1,0 @@
-"""Small numerical checks of theory papers behind norga (not used by the training pipeline)."""
