@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import List, Optional
 
 from ..errors import RunError
-from ..files import atomic_write_bytes, sha256_hex
-from ..outputs import Zone, check_output, make_output_folder
+from ..files import sha256_hex
+from ..outputs import Zone, write_output
 
 MARKER = "norga-run.json"
 FORMAT = "norga-run"
@@ -80,10 +80,7 @@ def read_marker(root: Path) -> Optional[RunMarker]:
 
 def write_marker(root: Path, marker: RunMarker) -> None:
     """The folder's marker, through the write guard (:mod:`norga.outputs`; the folder is the zone it marks)."""
-    path, zone = Path(root) / MARKER, Zone(Path(root))
-    check_output(path, "--output-dir", zone)
-    make_output_folder(Path(root), "--output-dir", zone)
-    atomic_write_bytes(path, marker.to_json())  # guarded: checked above (tests/faults.py patches this call)
+    write_output(Path(root) / MARKER, marker.to_json(), "--output-dir", Zone(Path(root)))  # a marker: not recorded
 
 
 def _entries(root: Path) -> List[str]:
