@@ -93,8 +93,12 @@ def adapted_by_hand(vit, x, adapters, scale: float = 0.1):
 
 def train_smoke_run(tmp_path_factory, config: Path, name: str):
     """``norga train --config config`` into a fresh folder ``<tmp>/runs*/name``: (its saved config, the run folder,
-    its metrics.json) -- the smoke run a method's test module trains once (a module-scoped fixture)."""
+    its metrics.json) -- the smoke run a method's test module trains once (a module-scoped fixture). A shipped config
+    (under configs/) is the test run's shared copy (:func:`shared_smoke_run`): read it, never write to it."""
     import json
+
+    if config.resolve().is_relative_to(REPO_ROOT / "configs"):
+        return shared_smoke_run(tmp_path_factory, config.resolve())
 
     from norga.commands.cli import train_main
     from norga.config import load_config
@@ -112,6 +116,40 @@ def train_tiny_run(tmp_path_factory, name: str, overrides: list):
     out = tmp_path_factory.mktemp("runs") / name
     cfg = load_config(SMOKE, overrides)
     return cfg, out, run_training(cfg, out)
+
+
+def shared_root(tmp_path_factory) -> Path:
+    """A folder every xdist worker of this test run shares (its base temp's parent under ``pytest -n N``, the
+    session's own base temp otherwise: never shared with another pytest run)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def shared_smoke_run(tmp_path_factory, config: Path):
+    """(cfg, run folder, metrics.json as read back) of ``norga train --config config``, trained once per test run:
+    the first worker that asks trains it into ``<shared>/smoke_runs/<name>.partial`` under a file lock and renames it
+    into place when it is complete; every other module (test_contract, test_export ...), on any worker, reads the
+    same folder. Read it, never write to it: copy it (``shutil.copytree``) to change anything."""
+    import json
+
+    from filelock import FileLock
+
+    from norga.config import load_config
+    from norga.engine import run_training
+
+    root = shared_root(tmp_path_factory) / "smoke_runs"
+    root.mkdir(exist_ok=True)
+    name = config.relative_to(REPO_ROOT / "configs").with_suffix("").as_posix().replace("/", "__")
+    out, partial = root / name, root / f"{name}.partial"
+    with FileLock(str(root / f"{name}.lock")):
+        if not out.is_dir():
+            if partial.exists():  # a worker that died while training: start again
+                import shutil
+
+                shutil.rmtree(partial)
+            run_training(load_config(config), partial)
+            partial.rename(out)
+    return load_config(out / "config.yaml"), out, json.loads((out / "metrics.json").read_text())
 
 
 # Each method's tiny run, trained once per session (per worker under pytest-xdist) for every test that reads it.

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from conftest import REPO_ROOT as REPO
 from faults import TINY, assert_one_line_error
 from norga.commands.cli import main as norga
 from norga.config import ConfigError, load_config
 from norga.config.origins import resolved_lines
 
-REPO = Path(__file__).resolve().parents[1]
 SMOKE = REPO / "configs" / "smoke.yaml"
 
 

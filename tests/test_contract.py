@@ -15,10 +15,9 @@ import pytest
 import torch
 
 from conftest import (REPO_ROOT, SMOKE, assert_predictions_per_sample, assert_reevaluation_identical,
-                      load_run_method, loaders_of)
+                      load_run_method, loaders_of, shared_smoke_run)
 from faults import assert_kill_then_resume_matches
 from norga.config import load_config, method_configs
-from norga.engine import run_training
 from norga.methods.base import Prediction
 from norga.methods.base import TestBatch as Batch
 
@@ -35,10 +34,9 @@ def smoke_config(method: str) -> Path:
 
 @pytest.fixture(scope="module", params=METHODS)
 def method_run(request, tmp_path_factory):
-    """(name, cfg, run folder, metrics) of the method's smoke run, trained once per test session; read only."""
-    cfg = load_config(smoke_config(request.param))
-    out = tmp_path_factory.mktemp("contract") / request.param
-    return request.param, cfg, out, run_training(cfg, out)
+    """(name, cfg, run folder, metrics) of the method's smoke run, trained once per test run (shared with
+    test_export and every xdist worker: ``conftest.shared_smoke_run``); read only."""
+    return (request.param, *shared_smoke_run(tmp_path_factory, smoke_config(request.param)))
 
 
 def predict_in_batches(method, x: torch.Tensor, task: int, order: torch.Tensor, batch: int) -> Prediction:

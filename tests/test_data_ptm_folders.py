@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 from test_data_layouts import save_image
 
+from conftest import REPO_ROOT as REPO
 from norga.commands.cli import main
 from norga.data import DataError, build_benchmark
 from norga.data.ptm_folders import PTM_FOLDER_BENCHMARKS
 from norga.data.prepare import PARTIAL
 
-REPO = Path(__file__).resolve().parents[1]
 SPECS = {s.name: s for s in PTM_FOLDER_BENCHMARKS}
 
 

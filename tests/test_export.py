@@ -4,14 +4,15 @@ new; --push without a token; a malformed state skeleton is one ExportError namin
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
+from conftest import shared_smoke_run
 from norga.commands.cli import main as norga
-from norga.config import load_config, method_configs
-from norga.engine import run_training
+from norga.config import method_configs
 from norga.engine.export import ExportError, join_state, split_state
 from test_contract import smoke_config
 
@@ -20,9 +21,11 @@ METHODS = sorted(method_configs())
 
 @pytest.fixture(scope="module", params=METHODS)
 def exported(request, tmp_path_factory):
-    """(run folder, its metrics, export folder) of the method's smoke run."""
+    """(run folder, its metrics, export folder) of the method's smoke run (a copy of the shared one: a test here
+    moves the run folder out of reach)."""
     root = tmp_path_factory.mktemp("export") / request.param
-    metrics = run_training(load_config(smoke_config(request.param)), root / "run")
+    _, shared, metrics = shared_smoke_run(tmp_path_factory, smoke_config(request.param))
+    shutil.copytree(shared, root / "run")
     assert norga(["export", "--run", str(root / "run"), "--out", str(root / "export")]) == 0
     return root / "run", metrics, root / "export"
 

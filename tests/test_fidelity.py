@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,6 +10,7 @@ from PIL import Image
 from torchvision import transforms as T
 from torchvision.transforms import InterpolationMode
 
+from conftest import REPO_ROOT as REPO
 from norga.config import ConfigError, load_config
 from norga.toolkit.heads import TaskIdentityHead, init_linear_layers
 from norga.toolkit.schedules import epoch_scheduler, lr_factor
@@ -19,7 +19,6 @@ from norga.data.benchmark import grouped_class_order, resolve_class_order
 from norga.data.transforms import CIFAR_MEAN, CIFAR_STD, build_transforms, task_recipes
 from norga.config.fidelity import ITEMS, KEPT_OURS, differing_items, fidelity_report
 
-REPO = Path(__file__).resolve().parents[1]
 PAPER_CONFIGS = sorted(REPO.glob("configs/*_norga.yaml")) + sorted(REPO.glob("configs/*_hideprompt.yaml"))
 
 

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
+from conftest import REPO_ROOT
 from norga.config import load_config, method_configs
 from norga.engine import loaders as loaders_module
 from norga.engine import task_loop
@@ -30,7 +31,7 @@ from norga.methods.l2p import count_selected
 from norga.toolkit import training
 from norga.toolkit.training import Stage, masked_cross_entropy, run_stage
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+
 TORCH_DIR = str(Path(torch.__file__).parent)
 # torch.Tensor methods that read a device value on the host (on CUDA the host waits for every queued kernel)
 PROBES = ("item", "tolist", "cpu", "numpy", "nonzero", "bincount", "unique", "masked_select",

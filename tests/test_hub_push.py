@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from conftest import shared_smoke_run
 from hub_stub import HubStub
 from norga.commands.cli import main as norga
-from norga.config import load_config
-from norga.engine import run_training
 from test_contract import smoke_config
 
 pytest.importorskip("huggingface_hub")
@@ -15,9 +14,7 @@ pytest.importorskip("huggingface_hub")
 
 @pytest.fixture(scope="module")
 def run_folder(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("push") / "run"
-    run_training(load_config(smoke_config("simplecil")), folder)
-    return folder
+    return shared_smoke_run(tmp_path_factory, smoke_config("simplecil"))[1]  # read only: exports write elsewhere
 
 
 @pytest.fixture

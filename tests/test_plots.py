@@ -9,11 +9,11 @@ import matplotlib.image
 import numpy as np
 import pytest
 
+from conftest import REPO_ROOT as REPO
 from norga.reports import plots
 from norga.reports.plots import PLOT_DIR, RUN_PLOTS, percent_matrix, running_average, write_run_plots
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-REPO = Path(__file__).resolve().parents[1]
 
 METRICS = {  # 3 tasks, fractions; None where t < i
     "completed_tasks": 3, "num_tasks": 3,

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+from conftest import REPO_ROOT as REPO
+
 DOCS = REPO / "docs"
 README_MAX_LINES = 150
 RESULTS_MAX_LINES = 250  # docs/results.md: the overview; each newer arm's full tables live on docs/newer-arms.md

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from conftest import REPO_ROOT as REPO
 from norga.commands.cli import main as norga
 from norga.config import ConfigError, load_config, read_config_file, shipped
 from norga.config.shipped import config_file, copy_config, description, shipped_names, shipped_root
 from norga.reproduce.manifest import ManifestError, load_manifest, manifest_file
 
-REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs"
 
 

@@ -13,10 +13,10 @@ import matplotlib.image
 import pytest
 import yaml
 
+from conftest import REPO_ROOT as REPO
 from norga.config import Config, config_to_dict
 from norga.commands.summarize import group_name, main
 
-REPO = Path(__file__).resolve().parents[1]
 T975_DF2 = 4.302652729749462  # Student t quantile 0.975, 2 degrees of freedom (tables: 4.303)
 T975_DF1 = 12.706204736174694  # 1 degree of freedom (tables: 12.706)
 

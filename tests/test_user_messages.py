@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from conftest import REPO_ROOT as REPO
 from faults import assert_one_line_error, train_args
 from norga.commands.cli import main as norga
 from norga.config import load_config
 
-REPO = Path(__file__).resolve().parents[1]
 
 
 def cli(capsys, *argv: str):
