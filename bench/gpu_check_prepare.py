@@ -3,7 +3,7 @@
 DIR (git-ignored, <= 60 MiB) holds
 
 * ``data.npz``: the cross-check's small task (CIFAR-100 classes 0-49, the first 20 training / 10 test images per
-  class, :func:`bench.crosscheck.small_task.small_task`; uint8 (N, 32, 32, 3) images and int64 labels);
+  class, :func:`bench.small_task.small_task`; uint8 (N, 32, 32, 3) images and int64 labels);
 * ``weights.safetensors``: the DINOv2 ViT-S/14 of ``../shared`` converted by timm to 56 px (position grid 4 x 4),
   fp16 as the source file;
 * ``config.yaml``: the NoRGa run on that task (the resolved norga config; data.root / model.checkpoint are set to
@@ -33,7 +33,7 @@ import numpy as np
 import torch
 import yaml
 
-from bench.crosscheck.small_task import first_per_class, small_task
+from bench.small_task import first_per_class, small_task
 from norga.config import config_to_dict, load_config
 from norga.errors import NorgaError
 from norga.files import sha256_file

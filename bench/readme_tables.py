@@ -169,8 +169,10 @@ for _arm in NEWER_BASELINES + NEWEST_METHODS:
 
 
 def pages() -> List[Path]:
-    """The files whose marked tables are generated: README.md and every docs page."""
-    return [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+    """The files whose marked tables are generated: README.md, every docs page and every cross-check folder's README
+    (crosscheck/<folder>/README.md, read as text; its docs copy is docs/crosscheck/<folder>.md)."""
+    return [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md")),
+            *sorted((REPO / "crosscheck").glob("*/README.md"))]
 
 
 def main(argv=None) -> int:

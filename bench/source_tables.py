@@ -9,12 +9,12 @@ from __future__ import annotations
 from typing import List
 
 from bench import smoke_figures
-from bench.crosscheck import training as crosscheck_training
+from bench import crosscheck_tables as crosscheck_training
 from bench.regimes import REPO
 from bench.row_merge import load_rows
 from bench.table_blocks import BLOCK_MISSING, Results, block
 
-CROSSCHECK_MISSING = "run `python -m bench.crosscheck.training --collect DIR` (docs/crosscheck.md, \"Repeat it\")"
+CROSSCHECK_MISSING = "run `python -m crosscheck.harness.training --collect DIR` (docs/crosscheck.md, \"Repeat it\")"
 BLOCK_MISSING["crosscheck-means"] = CROSSCHECK_MISSING
 BLOCK_MISSING["crosscheck-l2p-per-task"] = CROSSCHECK_MISSING
 BLOCK_MISSING["smoke-figures"] = "run `python -m bench.smoke_figures`"

@@ -91,7 +91,7 @@ def test_old_components_stay_frozen_and_each_task_draws_orthogonal_new_ones(coda
         assert not torch.equal(last[name][:, 2:4], last[name][:, 4:])
     _, _, method = build_run_parts(cfg)
     method.load_state_dict(first)
-    method._draw_orthonormal(2, 4, torch.Generator().manual_seed(1))
+    method.draw_orthonormal(2, 4, torch.Generator().manual_seed(1))
     for name, pool in method.pools.items():
         for p in range(2):
             rows = pool[p].flatten(1)

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from bench.crosscheck import seed_runs
-from bench.crosscheck.training import METRICS, authors_log, coda_results, collect, mean_lines, norga_run
-from bench.crosscheck.training import main as training_main
+from crosscheck.harness import seed_runs
+from bench.crosscheck_tables import METRICS, mean_lines
+from crosscheck.harness.training import authors_log, coda_results, collect, norga_run
+from crosscheck.harness.training import main as training_main
 from norga.config import load_config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -188,7 +189,7 @@ def test_tuna_init_exchange_writes_then_replaces_the_first_task_tensors(tmp_path
     naming, and another side's file replaces them; a file of the wrong shape is one error naming both shapes."""
     import torch
 
-    from bench.crosscheck.tuna_init import exchange_first_task_init
+    from crosscheck.tuna.first_task_init import exchange_first_task_init
 
     names = {"down": "down_proj", "up": "up_proj"}
     mine, head = _adapters(1.0), torch.full((3, 4), 1.0)
@@ -203,7 +204,7 @@ def test_tuna_init_exchange_writes_then_replaces_the_first_task_tensors(tmp_path
 
 
 def test_tuna_swap_needs_a_norga_command_and_a_file():
-    from bench.crosscheck import tuna_swap_norga
+    from crosscheck.tuna import swap_norga as tuna_swap_norga
 
     with pytest.raises(SystemExit, match="after '--'"):
         tuna_swap_norga.main(["--init-in", "x.pt"])
@@ -211,13 +212,12 @@ def test_tuna_swap_needs_a_norga_command_and_a_file():
         tuna_swap_norga.main(["--", "train"])
 
 
-def test_reference_runs_take_the_values_of_their_crosscheck_configs(monkeypatch):
+def test_reference_runs_take_the_values_of_their_crosscheck_configs():
     """The whole-run reference scripts restate their config's values in the reference's names (they build its
     Learner, which reads a dict); each must equal what norga resolves from configs/crosscheck/<method>.yaml, and the
     reference's batch_size x 5 alignment samples what norga's config samples per class."""
-    monkeypatch.syspath_prepend(str(REPO / "bench" / "crosscheck"))
-    import mos_reference_run
-    import tuna_reference_run
+    from crosscheck.mos import reference_run as mos_reference_run
+    from crosscheck.tuna import reference_run as tuna_reference_run
 
     mos, ref = load_config(REPO / "configs" / "crosscheck" / "mos.yaml").method, mos_reference_run.ARGS
     assert (ref["init_lr"], ref["batch_size"], ref["weight_decay"], ref["min_lr"], ref["tuned_epoch"]) == (
@@ -234,11 +234,10 @@ def test_reference_runs_take_the_values_of_their_crosscheck_configs(monkeypatch)
     assert ref["ca_storage_efficient_method"] == tuna.stats and 5 * ref["batch_size"] == tuna.ca_per_class
 
 
-def test_hidelora_reference_run_takes_the_values_of_its_crosscheck_config(monkeypatch):
+def test_hidelora_reference_run_takes_the_values_of_its_crosscheck_config():
     """Both of the reference's runs (the continual-LoRA TII model, then HiDe-LoRA) restate configs/crosscheck/
     hidelora.yaml in the reference's argument names."""
-    monkeypatch.syspath_prepend(str(REPO / "bench" / "crosscheck"))
-    import hidelora_reference_run as run
+    from crosscheck.hidelora import reference_run as run
 
     c = load_config(REPO / "configs" / "crosscheck" / "hidelora.yaml").method
     tii, lora, w = run.CONTINUAL, run.HIDELORA, c.wtp

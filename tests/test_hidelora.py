@@ -139,7 +139,7 @@ def test_wtp_terms_inputs_and_lora_init_and_momentum(task0_method, monkeypatch):
     monkeypatch.setattr(hidelora_module, "run_stage", fake_run_stage)
     task0 = {k: (w.branches[0].down.detach().clone(), w.branches[0].up.detach().clone())
              for k, w in method.wrappers.items()}
-    method._train_wtp(1, loaders_of(cfg, bench, method, 1))
+    method.train_wtp(1, loaders_of(cfg, bench, method, 1))
     for k, w in method.wrappers.items():
         a0, b0 = task0[k]
         torch.testing.assert_close(w.branches[1].down, 0.9 * (a0 + 0.5) + 0.1 * a0)

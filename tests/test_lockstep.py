@@ -1,4 +1,4 @@
-"""The whole-run lock-step check of L2P (bench/crosscheck/lockstep_norga.py, docs/crosscheck.md): the batches it
+"""The whole-run lock-step check of L2P (crosscheck/harness/lockstep_norga.py, docs/crosscheck.md): the batches it
 draws and replays are the ones an ordinary run trains on, so its accuracy matrix and its trained tensors equal the
 ordinary run's; and ``--init`` puts a reference's head rows (indexed by original class id) on norga's rows."""
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from bench.crosscheck.lockstep_norga import lockstep
+from crosscheck.harness.lockstep_norga import lockstep
 from conftest import SMOKE, load_run_method
 from norga.config import load_config
 from norga.engine import run_training

@@ -77,9 +77,9 @@ def test_dualprompt_draws_its_prompts_and_keys_from_its_own_stream():
 def test_coda_draws_its_components_from_its_own_stream():
     m = _method("{name: coda, pool_size: 6, prompt_length: 2, prompt_layers: [0, 1], init: orthogonal}")
     drawn = {k: v.clone() for k, v in m.pools.items()}
-    m._draw_orthonormal(0, m.c.pool_size, named_generator(3, 0, CODA_INIT))
+    m.draw_orthonormal(0, m.c.pool_size, named_generator(3, 0, CODA_INIT))
     assert all(torch.equal(drawn[k], m.pools[k]) for k in drawn)
-    m._draw_orthonormal(0, m.c.pool_size, task_generator(3, 0, 0))
+    m.draw_orthonormal(0, m.c.pool_size, task_generator(3, 0, 0))
     assert not torch.equal(drawn["components"], m.pools["components"])
 
 

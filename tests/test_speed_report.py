@@ -1,4 +1,4 @@
-"""The speed report (bench/crosscheck/speed_*.py): exclusive stage timing, the reference's flags against norga's
+"""The speed report (crosscheck/speed/): exclusive stage timing, the reference's flags against norga's
 small-task config, the combined rows and the report; timers that change no number of a run; the start-up cuts
 (lazy SciPy and matplotlib) and the diagnostics' default."""
 from __future__ import annotations
@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from bench.crosscheck import speed_flags, stage_timer
-from bench.crosscheck.speed_report import combine
-from bench.crosscheck.speed_tables import markdown, summarise
+from crosscheck.speed import flags as speed_flags
+from crosscheck.speed import stage_timer
+from crosscheck.speed.report import combine
+from crosscheck.speed.tables import markdown, summarise
 from norga.config import load_config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -94,7 +95,7 @@ def test_timed_norga_run_equals_the_plain_run(tmp_path):
 
     plain = run_training(load_config(SMOKE, SHORT_SMOKE), tmp_path / "plain")
     sets = [f for s in SHORT_SMOKE for f in ("--set", s)]
-    code = subprocess.call([sys.executable, "-m", "bench.crosscheck.speed_norga", "--config", str(SMOKE), "--data",
+    code = subprocess.call([sys.executable, "-m", "crosscheck.speed.norga_side", "--config", str(SMOKE), "--data",
                             "null", "--out", str(tmp_path / "timed"), "--seed", str(plain["seed"]), "--threads", "1",
                             "--timings", str(tmp_path / "t.jsonl"), *sets], cwd=REPO)
     assert code == 0
@@ -137,8 +138,8 @@ def test_covariance_sampling_gives_the_values_of_the_plain_formula():
 
 
 def test_a_report_without_rows_says_what_to_run(tmp_path):
-    from bench.crosscheck.speed_tables import write_report
+    from crosscheck.speed.tables import write_report
 
     write_report({"meta": {}, "sides": {}, "rows": []}, tmp_path / "r.json")
     text = (tmp_path / "r.md").read_text()
-    assert "Not measured yet" in text and "speed_report --ref" in text and "|" not in text
+    assert "Not measured yet" in text and "crosscheck.speed.report --ref" in text and "|" not in text

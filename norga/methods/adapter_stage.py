@@ -20,6 +20,7 @@ from ..toolkit.optimizers import make_optimizer
 from ..toolkit.schedules import epoch_scheduler
 from ..toolkit.training import Stage, run_stage
 from .base import chosen_blocks
+from .hooks import HOOKS
 
 
 class FrozenAdapterBlocks(NamedTuple):
@@ -96,9 +97,16 @@ def train_with_cosine_head(name: str, task: int, features: Callable[[Tensor], Te
     """Train ``tuned`` (and a fresh cosine head) on ``loader``'s (x, y) batches of the task's ``classes``.
 
     ``features``: images (B, 3, H, W) on the device -> (B, D) tuned features; ``opts`` holds epochs, lr, min_lr,
-    momentum, weight_decay. Returns :func:`run_stage`'s per-epoch history.
+    momentum, weight_decay. Returns :func:`run_stage`'s per-epoch history. The hook point ``adapter_training``
+    (norga/methods/hooks.py) may replace the whole stage; ``head_created`` sees the fresh head.
     """
-    head = CosineHead(dim, len(classes)).to(device)
+    replacement = HOOKS.replacement("adapter_training")
+    if replacement is not None:
+        return replacement(name, task, features, tuned, classes, num_classes, loader, opts, dim, device,
+                           train_modules, lr_key)
+    head = CosineHead(dim, len(classes))
+    HOOKS.notify("head_created", head)  # a declared hook point (norga/methods/hooks.py); no effect by default
+    head = head.to(device)
     params = [*tuned, *head.parameters()]
     optimizer = make_optimizer("sgd", params, lr=opts.lr, weight_decay=opts.weight_decay, momentum=opts.momentum)
     scheduler = epoch_scheduler(optimizer, "cosine", opts.epochs, min_lr=opts.min_lr)
@@ -117,7 +125,11 @@ def train_with_cosine_head(name: str, task: int, features: Callable[[Tensor], Te
 def tune_first_task(name: str, model: nn.Module, tuned: nn.ModuleList, classes: Sequence[int], num_classes: int,
                     loader, opts, device, lr_key: str) -> List[dict]:
     """Train ``tuned`` (tuning 0 of ``model``) with a fresh cosine head on task 0's ``classes`` and ``loader``'s
-    augmented (x, y) batches, the frozen backbone in eval mode; then :func:`freeze` it. Returns the epoch history."""
+    augmented (x, y) batches, the frozen backbone in eval mode; then :func:`freeze` it. Returns the epoch history.
+    The hook point ``first_task_tuning`` (norga/methods/hooks.py) may replace the whole stage."""
+    replacement = HOOKS.replacement("first_task_tuning")
+    if replacement is not None:
+        return replacement(name, model, tuned, classes, num_classes, loader, opts, device, lr_key)
     params = list(tuned.parameters())
     for p in params:
         p.requires_grad_(True)

@@ -36,6 +36,7 @@ from ..toolkit.devices import to_device
 from ..toolkit.feature_cache import FeatureCache, frozen_features
 from ..toolkit.heads import class_mask
 from ..toolkit.stages import extract_features
+from .hooks import HOOKS, MethodHooks
 
 
 @dataclass
@@ -82,6 +83,9 @@ class Method(ABC):
     name = "base"
     # a :class:`~norga.toolkit.feature_store.FeatureStore` the engine sets under ``--feature-cache`` (None: off)
     feature_store: Any = None
+    # the declared hook points (norga/methods/hooks.py): what the cross-checks and the speed report may observe or
+    # replace (stages, first-task tuning, created heads, drawn adapters); nothing registered = no effect
+    hooks: MethodHooks = HOOKS
 
     def __init__(self, vit: nn.Module, task_classes: Sequence[Sequence[int]], cfg, device: torch.device):
         self.cfg, self.device = cfg, device
@@ -114,7 +118,8 @@ class Method(ABC):
         cache = cache if cache is not None else self.new_eval_cache()
         for module in self.modules():
             module.eval()
-        return self.predict_batch(batch, cache)
+        with self.hooks.stage("evaluation"):
+            return self.predict_batch(batch, cache)
 
     @abstractmethod
     def predict_batch(self, batch: TestBatch, cache: Any) -> Prediction:
@@ -180,9 +185,10 @@ class Method(ABC):
     def frozen_pass(self, model: nn.Module, loader, desc: str = "frozen feats") -> Tuple[Tensor, Tensor]:
         """Features (N, D) and labels (N,) of an un-augmented ``loader`` under ``model``'s frozen forward (no
         prompts, no tuning): :func:`~norga.toolkit.stages.extract_features`, or the feature store when one is set."""
-        if self.feature_store is None:
-            return extract_features(model, loader, self.device, desc=desc)
-        return self.feature_store.loader_features(model, loader, self.device, desc)
+        with self.hooks.stage("diagnostics" if "diagnostic" in desc else "statistics"):
+            if self.feature_store is None:
+                return extract_features(model, loader, self.device, desc=desc)
+            return self.feature_store.loader_features(model, loader, self.device, desc)
 
     def preload_frozen(self, model: nn.Module, batch: "TestBatch", cache) -> None:
         """With a feature store: fill ``cache``'s frozen slot of the batch's test task (the frozen forward of

@@ -89,7 +89,7 @@ class CODAPrompt(PrefixMethod):
                       "keys": torch.zeros(*shape, dim, device=device),
                       "attention": torch.zeros(*shape, dim, device=device)}
         if c.init == "orthogonal":  # the paper: all M orthogonal once, never re-drawn
-            self._draw_orthonormal(0, c.pool_size, named_generator(cfg.seed, 0, INIT_STREAM))
+            self.draw_orthonormal(0, c.pool_size, named_generator(cfg.seed, 0, INIT_STREAM))
         self.learned = 0
         self.head = init_linear_layers(nn.Linear(dim, self.num_classes), c.head_init).to(device)
 
@@ -108,8 +108,10 @@ class CODAPrompt(PrefixMethod):
     def train_batch_size(self) -> int:
         return self.c.batch_size
 
-    def _draw_orthonormal(self, start: int, end: int, generator: torch.Generator) -> None:
-        """Rows [start, end) of every pool of every block: orthonormal to each other and to rows [0, start)."""
+    def draw_orthonormal(self, start: int, end: int, generator: torch.Generator) -> None:
+        """Rows [start, end) of every pool of every block (components (M, L, W), keys and attention vectors (M, D)):
+        orthonormal to each other and to rows [0, start), drawn from ``generator``. The draw a new task's rows get;
+        public so that a check can draw a task's rows with its own generator (docs/architecture.md, hook points)."""
         for name, pool in self.pools.items():
             for p in range(len(self.layers)):
                 rows = pool[p].flatten(1)  # components: (M, L W)
@@ -141,7 +143,7 @@ class CODAPrompt(PrefixMethod):
         c, model, device, n = self.c, self.model, self.device, self.per_task
         start, end = task * n, (task + 1) * n
         if c.init == "gram_schmidt":
-            self._draw_orthonormal(start, end, named_generator(self.cfg.seed, task, INIT_STREAM))
+            self.draw_orthonormal(start, end, named_generator(self.cfg.seed, task, INIT_STREAM))
         new = {name: nn.Parameter(self.pools[name][:, start:end].clone()) for name in POOLS}
         in_use = lambda: tuple(torch.cat([self.pools[k][:, :start], new[k]], 1) for k in POOLS)  # noqa: E731
         params = [*new.values(), *model.gate_parameters_for(task), *self.head.parameters()]

@@ -25,6 +25,7 @@ from ..toolkit.seeding import task_generator
 from ..toolkit.stages import align_head, fit_on_features
 from ..toolkit.training import Stage, cross_entropy_term, run_stage
 from .base import TaskLoaders, scaled_lr
+from .hooks import hooked_stage
 
 
 class HiDeStages:
@@ -50,8 +51,10 @@ class HiDeStages:
                 raise ValueError(f"class {c} of task {task} has {len(members)} training samples; need >= 2")
             store.add(c, members)
 
-    def _train_tii(self, task: int, loaders: TaskLoaders, frozen: Tensor, labels: Tensor) -> None:
-        """The TII head on task ``task`` (frozen features (N, D), labels (N,)), then its alignment (t > 0)."""
+    @hooked_stage("tii")
+    def train_tii(self, task: int, loaders: TaskLoaders, frozen: Tensor, labels: Tensor) -> None:
+        """Stage TII (a public hook point: :mod:`norga.methods.hooks`): the TII head on task ``task`` (frozen
+        features (N, D), labels (N,)), then its alignment (t > 0)."""
         t, seed = self.c.tii, self.cfg.seed
         lr = self.lr_scaled(t.lr, t.batch_size)
         if t.cache_features:
@@ -83,8 +86,10 @@ class HiDeStages:
                         train_modules=[head], lr_key=self.config_key("tii.lr")),
                   batches=lambda epoch: loader, forward=forward, terms={"ce": cross_entropy_term(self.task_mask(task))})
 
-    def _train_tap(self, task: int) -> None:
-        """TAP (eq. 58): psi aligned on ``instructed`` pseudo-features of every seen class, when the config runs it
+    @hooked_stage("tap")
+    def train_tap(self, task: int) -> None:
+        """Stage TAP (eq. 58; a public hook point: :mod:`norga.methods.hooks`): psi aligned on ``instructed``
+        pseudo-features of every seen class, when the config runs it
         for ``task`` (the authors' code: tasks t > 0 only)."""
         c = self.c
         if task > 0 or c.tap.after_first_task:

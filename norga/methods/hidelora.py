@@ -35,6 +35,7 @@ from ..toolkit.training import Stage, cross_entropy_term, run_stage
 from . import register_method
 from .base import Method, Prediction, TaskLoaders, TestBatch, chosen_blocks
 from .hide_stages import HiDeStages
+from .hooks import hooked_stage
 from .hidelora_parts import TaskLoRAModel, every_branch_scaled, mix_with_previous, reference_down_init
 from .hidelora_tii import TII_MODELS, shared_weight_copy
 
@@ -73,10 +74,10 @@ class HiDeLoRA(HiDeStages, Method):
     # ---- the task -----------------------------------------------------
     def learn_task(self, task: int, loaders: TaskLoaders) -> None:
         labels = self.tii.learn(task, loaders)
-        self._train_wtp(task, loaders)
+        self.train_wtp(task, loaders)
         tuned, _ = extract_features(self.tuned, loaders.train_plain, self.device, task, "lora feats")
         self._add_statistics(self.instructed, tuned, labels, task)
-        self._train_tap(task)
+        self.train_tap(task)
 
     def start_task(self, task: int) -> List[nn.Parameter]:
         """Add task ``task``'s branch to every block (A by ``lora_init`` or copied from task - 1, B = 0 or copied),
@@ -105,9 +106,13 @@ class HiDeLoRA(HiDeStages, Method):
             return torch.cat([store.stats[int(k)]["centroids"] for k in old]).float().to(self.device)
         return store.means(old).to(self.device)
 
-    def _train_wtp(self, task: int, loaders: TaskLoaders) -> None:
+    @hooked_stage("wtp")
+    def train_wtp(self, task: int, loaders: TaskLoaders) -> None:
+        """Stage WTP (a public hook point: :mod:`norga.methods.hooks`): task ``task``'s LoRA and the head on
+        ``loaders.train``'s batches, CE + the regulariser against earlier tasks' prototypes."""
         w, tuned, head = self.c.wtp, self.tuned, self.head
         lora_params = self.start_task(task)
+        self.hooks.notify("task_started", self, task)  # a declared hook point (hooks.py)
         lr = self.lr_scaled(w.lr, w.batch_size)
         optimizer = torch.optim.Adam([{"params": lora_params, "lr": lr},
                                       {"params": list(head.parameters()), "lr": lr * w.head_lr_scale}],

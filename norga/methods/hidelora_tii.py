@@ -71,7 +71,7 @@ class FrozenHeadTII:
         host = self.host
         frozen, labels = host.frozen_pass(host.model, loaders.train_plain)
         host._add_statistics(host.uninstructed, frozen, labels, task)
-        host._train_tii(task, loaders, frozen, labels)
+        host.train_tii(task, loaders, frozen, labels)
         return labels
 
     def tasks(self, batch, cache) -> Tensor:

@@ -39,6 +39,7 @@ from . import hideprompt_diagnostics as diagnostics
 from . import register_method
 from .base import Prediction, PrefixMethod, TaskLoaders, TestBatch
 from .hide_stages import HiDeStages
+from .hooks import hooked_stage
 
 
 @register_method("hideprompt")
@@ -76,11 +77,13 @@ class HiDePrompt(HiDeStages, PrefixMethod):
         c, seed = self.c, self.cfg.seed
         frozen, labels = self.frozen_pass(self.model, loaders.train_plain)
         self._add_statistics(self.uninstructed, frozen, labels, task)
-        self._train_tii(task, loaders, frozen, labels)
+        self.train_tii(task, loaders, frozen, labels)
         if self.prompted:
-            self._train_wtp(task, loaders)
+            self.train_wtp(task, loaders)
             prompt = self.task_prompts[task]
-            prompted, _ = extract_features(self.model, loaders.train_plain, self.device, prompt, "prompted feats")
+            with self.hooks.stage("statistics"):
+                prompted, _ = extract_features(self.model, loaders.train_plain, self.device, prompt,
+                                               "prompted feats")
         else:  # reference without prompts: the classifier learns on frozen features
             fit_on_features(self.head, frozen, labels, self.task_mask(task), c.wtp.epochs,
                             self.lr_scaled(c.wtp.lr, c.wtp.batch_size) * c.wtp.head_lr_scale, c.wtp.batch_size,
@@ -90,13 +93,15 @@ class HiDePrompt(HiDeStages, PrefixMethod):
         self._add_statistics(self.instructed, prompted, labels, task)
         diagnose = c.diagnostics and self.prompted
         head_after_wtp = {k: v.detach().clone() for k, v in self.head.state_dict().items()} if diagnose else None
-        self._train_tap(task)
+        self.train_tap(task)
         if diagnose:
             self.diagnostics[task] = diagnostics.task_diagnostics(
                 self, task, loaders, frozen, prompted, labels, head_after_wtp, self.wtp_start, self.wtp_end)
 
-    def _train_wtp(self, task: int, loaders: TaskLoaders) -> None:
-        """Eq. 57: prompt e_t (+ the gates on the tasks they train on) and psi, CE + lambda * regulariser."""
+    @hooked_stage("wtp")
+    def train_wtp(self, task: int, loaders: TaskLoaders) -> None:
+        """Stage WTP (eq. 57; a public hook point: :mod:`norga.methods.hooks`): prompt e_t (+ the gates on the tasks
+        they train on) and psi, CE + lambda * regulariser, on ``loaders.train``."""
         w, model, pool = self.c.wtp, self.model, self.pool
         if task > 0:
             pool.init_from(task, task - 1)

@@ -32,6 +32,7 @@ from torch import Tensor, nn
 from ..toolkit.heads import init_linear_layers, masked_logits
 from ..toolkit.seeding import task_generator
 from ..toolkit.stages import extract_features, fit_on_features
+from .hooks import hooked_stage
 
 PROBE_STAGE, RANDOM_PROMPT_STAGE = 5, 6  # generator ids of task_generator(seed, task, stage)
 
@@ -61,6 +62,7 @@ def til_accuracy(head: nn.Module, feats: Tensor, labels: Tensor, allowed: Tensor
     return (logits.argmax(1).cpu() == labels).sum().item() / max(len(labels), 1)
 
 
+@hooked_stage("diagnostics")
 def task_diagnostics(method, task: int, loaders, frozen_train: Tensor, prompted_train: Tensor,
                      train_labels: Tensor, head_before_tap: Dict[str, Tensor], wtp_init: Tensor,
                      wtp_trained: Tensor) -> Dict[str, object]:

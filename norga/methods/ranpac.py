@@ -27,7 +27,7 @@ from .adapter_stage import TunedView, attach_tuning, cached_features, freeze, tu
 from .base import Method, Prediction, TaskLoaders, TestBatch, chosen_blocks
 
 PROJECTION_STREAM = "ranpac.projection"  # named_generator(seed, 0, PROJECTION_STREAM): independent of the data
-_SPLIT_STAGE = 1  # stage of task_generator: each task's split for choosing lambda
+SPLIT_STAGE = 1  # stage of task_generator: each task's split for choosing lambda (public: the cross-check draws it)
 TUNED = 0  # the tuning index of the phase-1 tuning (RanPAC has at most one)
 
 
@@ -118,7 +118,7 @@ class RanPAC(Method):
         self.gram += h.T @ h
         self.targets += h.T @ y
         opts = self.cfg.method
-        gen = task_generator(self.cfg.seed, task, _SPLIT_STAGE)
+        gen = task_generator(self.cfg.seed, task, SPLIT_STAGE)
         ridge = select_ridge(h, y, list(opts.ridges), opts.val_fraction, gen)
         self.chosen_ridges.append(ridge)
         self.head = ridge_solve(self.gram, self.targets, ridge)

@@ -99,6 +99,7 @@ class SDLoRA(LoRAMethod):
     def learn_task(self, task: int, loaders: TaskLoaders) -> None:
         c, model, head = self.c, self.model, self.head
         params = self.start_task(task) + list(head.parameters())
+        self.hooks.notify("task_started", self, task)  # a declared hook point (hooks.py)
         optimizer = make_optimizer(c.optimizer, params, c.lr, c.weight_decay, c.momentum)
         model.eval()  # the frozen backbone has no dropout; eval keeps it deterministic
 

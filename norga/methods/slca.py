@@ -126,6 +126,7 @@ class SLCA(Method):
 
         def batches(epoch: int):
             feats, labels = shifted_samples(self.store, classes, scales, c.ca_samples_per_class, draws)
+            self.hooks.notify("alignment_samples", feats, labels, generator)  # a declared hook point (hooks.py)
             return shuffled_batches(feats, labels, c.ca_samples_per_class, generator)
 
         def forward(batch):

@@ -101,6 +101,9 @@ class TUNA(Method):
         self.learned_tasks = task + 1
 
     def train_adapter(self, task: int, new: nn.ModuleList, loader) -> None:
+        """Train task ``task``'s new adapter ``new`` (one module per block) and its head on ``loader``'s augmented
+        (x, y) batches; the hook point ``adapter_drawn`` (norga/methods/hooks.py) sees them first."""
+        self.hooks.notify("adapter_drawn", self, task, new)
         c, classes = self.c, self.task_classes[task]
         orth = c.orth_weight > 0 and task > 0
         old_ups = [b.tuned[i + 1].up.weight for i in range(task) for b in self.blocks] if orth and c.orth_updates_old \

@@ -1,0 +1,6 @@
+"""The cross-check of SLCA against GengDavid/SLCA.
+
+``norga_side`` (norga's venv) writes norga's tensors; ``reference_side`` (the reference's environment) reads them
+into the reference code and prints max |reference − norga|; README.md holds the evidence and the commands.
+"""
+METHODS = ('slca',)  # the registered norga methods this folder checks
