@@ -29,6 +29,7 @@ LAYERS: List[List[str]] = [
     ["norga.methods"],
     ["norga.reports"],  # metrics, statistics, figures, norga summarize
     ["norga.engine"],  # the task loop and everything about a run, above the methods
+    ["norga.sweep"],  # grids of runs from a sweep file: points, status, launchers (local, submitit / SLURM)
     ["norga.reproduce"],  # grids of runs from a manifest (the paper's tables): runs them through the engine
     ["norga.commands", "norga.__main__"],  # every command (norga reproduce: commands/reproduce_command.py)
 ]

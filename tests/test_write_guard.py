@@ -169,7 +169,7 @@ def tree_options(kind):
 
 # options typed Path that name what a command reads (not where it writes)
 INPUT_PATHS = {("eval", "--run"), ("eval", "--from"), ("export", "--run"), ("routes", "--run"), ("summarize", "runs"),
-               ("summarize", "--vs"), ("reproduce", "--manifest"), ("data prepare", "--mirror")}
+               ("summarize", "--vs"), ("reproduce", "--manifest"), ("data prepare", "--mirror"), ("sweep", "spec")}
 
 
 def test_every_path_option_is_an_output_or_a_declared_input():
@@ -233,6 +233,9 @@ SCENARIOS = {
     ("reproduce", "--feature-cache"): ("folder", ["reproduce", "--table", "1", "--rows", "sup21k", "--out",
                                                    "{w}/fresh_repro", "--dry-run", "--no-estimate",
                                                    "--feature-cache", "X"]),
+    ("sweep", "--out"): ("folder", ["sweep", str(REPO / "configs" / "sweeps" / "smoke_grid.yaml"), "--out", "X"]),
+    ("sweep", "--feature-cache"): ("folder", ["sweep", str(REPO / "configs" / "sweeps" / "smoke_grid.yaml"), "--out",
+                                              "{w}/fresh_sweep", "--feature-cache", "X"]),
     ("configs copy", "folder"): ("folder", ["configs", "copy", "smoke", "X"]),
     ("data prepare", "--root"): ("folder", ["data", "prepare", "cifar100", "--root", "X", "--mirror", "{mirror}",
                                             "--no-progress", "--sha256", "cifar-100-python.tar.gz={archive_sha}"]),

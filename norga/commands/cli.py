@@ -1,5 +1,5 @@
-"""The ``norga`` command: ``norga train | eval | export | summarize | reproduce | routes | doctor | data | configs |
-list`` and ``norga --version``.
+"""The ``norga`` command: ``norga train | eval | export | summarize | reproduce | sweep | routes | doctor | data |
+configs | list`` and ``norga --version``.
 
     norga train --config smoke --output-dir runs/smoke [--set method.wtp.epochs=3 ...] [--dry-run] [--force]
     norga eval --run runs/smoke [--output eval.json]
@@ -7,6 +7,7 @@ list`` and ``norga --version``.
     norga summarize runs/a_s42 runs/a_s43 [--vs runs/b_s42 runs/b_s43] [--out DIR]
     norga routes --run runs/mh_moe          # N_eff / old-task loss change per route of an MoE-adapter run
     norga reproduce --table 1 --rows sup21k --out runs/repro [--dry-run | --report]   # the paper's tables
+    norga sweep SPEC.yaml [--launcher local|slurm] [-j N] [--dry-run]   # a grid of runs; norga sweep status ROOT
     norga doctor [--config CFG]             # versions, torch/torchvision pairing, devices, a config's paths
     norga data prepare cifar100 --root DATA # download, verify, extract a benchmark (--check validates it)
     norga configs [show NAME | copy NAME DIR]   # the shipped configs (--config takes a file or a shipped NAME)
@@ -236,6 +237,13 @@ def reproduce_main(argv: Sequence[str]) -> int:
     return guarded(lambda: run(list(argv)), lambda: "finished runs are kept; run the same command again")
 
 
+def sweep_main(argv: Sequence[str]) -> int:
+    """``norga sweep``: :mod:`norga.commands.sweep_command` (imported only now)."""
+    from .sweep_command import main as run
+
+    return guarded(lambda: run(list(argv)), lambda: "finished runs are kept; run the same command again to resume")
+
+
 def configs_main(argv: Sequence[str]) -> int:
     """``norga configs [show NAME | copy NAME DIR]``: :mod:`norga.commands.configs_command` (imported only now)."""
     from .configs_command import main as run
@@ -256,7 +264,7 @@ def list_main() -> int:
 
 # subcommands that parse their own arguments: name -> entry point taking the arguments after the name
 DELEGATED = {"summarize": summarize_main, "doctor": doctor_command, "data": data_main, "reproduce": reproduce_main,
-             "configs": configs_main}
+             "configs": configs_main, "sweep": sweep_main}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -268,13 +276,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="norga", description=summary)
     parser.add_argument("--version", action="version", version=f"norga {__version__}")
     commands = parser.add_subparsers(dest="command", required=True,
-                                     metavar="{train,eval,export,summarize,reproduce,routes,doctor,data,configs,list}")
+                                     metavar="{train,eval,export,summarize,reproduce,sweep,routes,doctor,data,configs,list}")
     add_train_arguments(commands.add_parser("train", help="train or resume a run"))
     add_eval_arguments(commands.add_parser("eval", help="re-evaluate a run from its checkpoints"))
     add_export_arguments(commands.add_parser("export", help="write a run's trained state as safetensors, its "
                                                          "config, metrics and a model card (--push: to the Hub)"))
     commands.add_parser("summarize", help="aggregate run folders over seeds (norga summarize --help)")
     commands.add_parser("reproduce", help="the paper's tables from the shipped manifest (norga reproduce --help)")
+    commands.add_parser("sweep", help="a grid of runs from a sweep file, locally or on SLURM (norga sweep --help)")
     routes = commands.add_parser("routes", help="N_eff and old-task loss change per route of an MoE-adapter run")
     routes.add_argument("--run", "--run-dir", dest="run", required=True, type=Path, help="a finished run folder")
     routes.add_argument("--bins", type=int, default=4, help="mass-quantile bins of N_eff (default 4)")

@@ -25,7 +25,9 @@ from ..reproduce.inputs import missing_inputs
 from ..reproduce.manifest import (DEFAULT_NAME, QUICK_NAME, ManifestError, load_manifest, manifest_file, parse_shard,
                                   select)
 from ..reproduce.report import aggregate, fill_readme, markdown, write_report
-from ..reproduce.runner import check_configs, expand, parse_pairs, run_all
+from ..reproduce.runner import check_configs, expand, launch_all, parse_pairs, record_sweep, run_all
+from ..sweep.launchers import check_launcher
+from .sweep_command import add_launcher_arguments, launch_options
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="norga reproduce", description=__doc__.split("\n\n")[0],
@@ -58,7 +60,9 @@ def parser() -> argparse.ArgumentParser:
                    help="a frozen-feature store shared by every run (norga train --feature-cache; "
                         "docs/feature-store.md): "
                         "the seeds and cells of one backbone and data set compute each frozen feature once")
-    p.add_argument("--nproc", type=int, default=1, help="with --print-commands: torchrun processes per run")
+    p.add_argument("--nproc", type=int, default=1, help="with --print-commands or --launcher: torchrun processes "
+                   "per run")
+    add_launcher_arguments(p, default=None)  # --launcher: the grid as a sweep (docs/sweeps.md); default in-process
     p.add_argument("--no-estimate", action="store_true", help="--dry-run without the timing measurement")
     p.add_argument("--readme", type=OUTPUT_FILE, default=None, metavar="README.md",
                    help="with --report: fill the file's <!-- reproduce:gpu --> table with the complete cells")
@@ -119,7 +123,14 @@ def execute(args, cells, runs, out: Path, title: str) -> int:
         if main_process:
             print(line, flush=True)
 
-    if not args.quick_gpu:
+    if main_process:
+        record_sweep(runs, out)  # norga sweep status OUT reads the grid
+    if args.launcher is not None:
+        jobs = args.jobs or (256 if args.launcher == "slurm" else 1)
+        failures = launch_all(runs, out, args.launcher, jobs, args.nproc, args.nodes, args.feature_cache, log,
+                              **launch_options(args))
+        quick = None
+    elif not args.quick_gpu:
         failures = run_all(runs, log, args.feature_cache)
         quick = None
     else:
@@ -179,6 +190,11 @@ def run_reproduce(args) -> int:
         report(cells, out, title, seeds=args.seeds, readme=args.readme)
         return 0
     configs = check_configs(runs)  # torch-free: every config mistake before anything runs
+    if args.launcher is not None:
+        if args.quick_gpu or (args.jobs is not None and args.jobs < 1):
+            raise ManifestError("--launcher runs the grid as a sweep: not with --quick-gpu; -j takes a number >= 1")
+        launch_options(args)  # SLURM options only with --launcher slurm: one line before anything runs
+        check_launcher(args.launcher)
     if args.feature_cache is not None:
         from ..toolkit.store_folder import check_store
 

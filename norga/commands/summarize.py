@@ -158,6 +158,8 @@ def csv_text(groups: Sequence[Group], pair: Optional[Tuple[List[int], Dict[str, 
 
 def build(args) -> Tuple[List[Group], Optional[tuple], Dict[str, list]]:
     ignore = IGNORED_KEYS + tuple(args.ignore)
+    if len(args.runs) == 1 and not args.vs and (args.runs[0] / "sweep.json").is_file():  # a sweep root: per point
+        return sweep_groups(args.runs[0], ignore, args.allow_mixed), None, {}
     groups = [load_group(args.runs, args.name, "A", ignore, allow_mixed=args.allow_mixed)]
     pair, between = None, {}
     if args.vs:
@@ -175,6 +177,22 @@ def build(args) -> Tuple[List[Group], Optional[tuple], Dict[str, list]]:
                                f"'{groups[1].name}' has {groups[1].seeds}") from err
         between = differing_keys([groups[0].runs[0].config, groups[1].runs[0].config], ignore)
     return groups, pair, between
+
+
+def sweep_groups(root: Path, ignore: Sequence[str], allow_mixed: bool) -> List[Group]:
+    """One group per point of the sweep root ``root`` (``norga sweep``), over its seeds; a point without a complete
+    run is left out with a warning line."""
+    from ..sweep.root import point_folders
+
+    groups = []
+    for name, folders in point_folders(root):
+        try:
+            groups.append(load_group(folders, name, name, ignore, allow_mixed=allow_mixed))
+        except SummaryError as err:
+            print(f"warning: point {name} left out: {err}", file=sys.stderr)
+    if not groups:
+        raise SummaryError(f"the sweep root {root} has no point with a complete run yet (norga sweep status {root})")
+    return groups
 
 
 def write_outputs(out: Path, groups: Sequence[Group], pair, text: str) -> List[Path]:

@@ -1,30 +1,35 @@
-"""Expand selected cells into runs (one ordinary run folder per cell and seed), list them, run what is missing.
+"""Expand selected cells into runs (one ordinary run folder per cell and seed), list them, run what is missing:
+a reproduction is a sweep (:mod:`norga.sweep`) over the manifest, each run a sweep point named by its cell.
 
     runs = expand(cells, Path("runs/repro"), extra=["device=cuda", "amp=bf16"], weights={"ibot21k": "ibot.pth"})
-    for r in runs: r.folder, r.status(), r.command()
-    failures = run_all(runs)            # resumable: run_training skips finished runs and resumes partial ones
+    for r in runs: r.folder, r.status(), r.command(), r.point
+    failures = run_all(runs)            # in this process, in order; resumable (finished runs return at once)
+    outcomes = launch_all(runs, Path("runs/repro"), launcher="local", jobs=2)   # through a sweep launcher
 
 A run's folder is ``OUT/<cell id>/seed<S>``; it is trained by :func:`norga.engine.run_training` exactly as
-``norga train --config CONFIG --output-dir FOLDER --set ...`` would (the command :meth:`Run.command` prints), so a
-killed grid resumes from each run's last saved task, and folders can be trained elsewhere and copied in.
-Under ``torchrun`` every process walks the same list and each run is one distributed session.
+``norga train --config CONFIG --output-dir FOLDER --set ...`` would (the command :meth:`Run.command` prints, the
+sweep point's own), so a killed grid resumes from each run's last saved task, and folders can be trained elsewhere
+and copied in. Its status is the sweep's (:func:`norga.sweep.status.run_state`) in the report's words
+(:data:`STATUSES`). Under ``torchrun`` every process walks the same list and each run is one distributed session.
 """
 from __future__ import annotations
 
-import json
 import os
-import shlex
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..config import ConfigError, load_config
-from ..config.shipped import shipped_name
 from ..errors import NorgaError, TrainingDiverged
+from ..sweep.points import Point
+from ..sweep.root import write_root
+from ..sweep.run import run_points
+from ..sweep.status import read_metrics, run_state  # noqa: F401 - read_metrics: the report reads it from here
 from .manifest import Cell, ManifestError
 
 STATUSES = ("complete", "partial", "failed", "missing")
+_WORDS = {"done": "complete"}  # the sweep's "done" is the report's "complete"
 
 
 @dataclass(frozen=True)
@@ -33,6 +38,11 @@ class Run:
     seed: int
     folder: Path
     overrides: Tuple[str, ...]
+
+    @property
+    def point(self) -> Point:
+        """This run as a sweep point: named by its cell, trained by the same ``norga train`` command."""
+        return Point(self.cell.id, self.seed, self.cell.config_path, self.overrides, self.folder)
 
     def config(self):
         """The run's validated config (torch-free); raises ConfigError naming the cell."""
@@ -47,41 +57,13 @@ class Run:
 
     def command(self, nproc: int = 1, feature_cache: Optional[Path] = None) -> str:
         """The equivalent ``norga train`` command line (``torchrun --nproc_per_node N -m norga train`` for N > 1)."""
-        head = ["norga", "train"] if nproc <= 1 else ["torchrun", f"--nproc_per_node={nproc}", "-m", "norga", "train"]
-        args = ["--config", _short(self.cell.config_path), "--output-dir", str(self.folder)]
-        args += ["--feature-cache", str(feature_cache)] if feature_cache is not None else []
-        for item in self.overrides:
-            args += ["--set", item]
-        return " ".join(shlex.quote(a) for a in head + args)
-
-
-def _short(path: Path) -> str:
-    """``path`` relative to the current folder when it is below it (readable commands), else a shipped config's
-    name (the same on every machine with norga installed), else absolute."""
-    try:
-        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return shipped_name(path) or str(path)
+        return self.point.shell(nproc, feature_cache)
 
 
 def folder_status(folder: Path) -> str:
-    """The state of a run folder from its ``metrics.json`` (see :class:`Run.status`)."""
-    metrics = read_metrics(folder)
-    if metrics is None:
-        return "partial" if folder.is_dir() and any(folder.iterdir()) else "missing"
-    status = metrics.get("status")
-    if status == "failed":
-        return "failed"
-    finished = metrics.get("completed_tasks") == metrics.get("num_tasks") and metrics.get("num_tasks")
-    return "complete" if finished and status in (None, "complete") else "partial"
-
-
-def read_metrics(folder: Path) -> Optional[dict]:
-    """``folder/metrics.json`` as a dict, or None when absent or unreadable."""
-    try:
-        return json.loads((folder / "metrics.json").read_text())
-    except (OSError, ValueError):
-        return None
+    """The state of a run folder (see :class:`Run.status`), read as a sweep reads it."""
+    kind = run_state(folder).kind
+    return _WORDS.get(kind, kind)
 
 
 def parse_pairs(items: Sequence[str], option: str, valid: Sequence[str], example: str) -> Dict[str, str]:
@@ -153,4 +135,27 @@ def run_all(runs: Sequence[Run], log=print, feature_cache: Optional[Path] = None
             reason = " ".join(str(err).split())
             print(f"error: {run.cell.id} seed {run.seed}: {reason}", file=sys.stderr)
             failures.append((run, reason, isinstance(err, TrainingDiverged)))
+    return failures
+
+
+def record_sweep(runs: Sequence[Run], out: Path) -> None:
+    """Write ``OUT/sweep.json`` (the runs as sweep points), so that ``norga sweep status OUT`` reads the grid."""
+    write_root(Path(out), [run.point for run in runs], [run.config().data.num_tasks for run in runs], None)
+
+
+def launch_all(runs: Sequence[Run], out: Path, launcher: str = "local", jobs: int = 1, nproc: int = 1,
+               nodes: int = 1, feature_cache: Optional[Path] = None, log=print,
+               **options) -> List[Tuple[Run, str, bool]]:
+    """Train every run not yet complete through a sweep launcher (``norga sweep``'s: ``local`` processes, ``slurm``,
+    ``submitit-local``; logs and exit records in ``OUT/logs/<cell id>/seed<S>/``); returns (run, one-line reason,
+    diverged) per run that did not complete, as :func:`run_all` does."""
+    by_point = {run.point.label: run for run in runs}
+    totals: Dict[str, Optional[int]] = {label: run.config().data.num_tasks for label, run in by_point.items()}
+    outcomes = run_points([run.point for run in runs], Path(out), totals, launcher, jobs, nproc, nodes, feature_cache,
+                          retry_failed=True, log=log, **options)
+    failures = []
+    for run in runs:
+        state = run_state(run.folder)
+        if state.kind != "done" and any(o.returncode is not None for o in outcomes):
+            failures.append((run, state.text(), (read_metrics(run.folder) or {}).get("status") == "failed"))
     return failures

@@ -5,7 +5,9 @@ anything.
 A store's root carries the marker :data:`norga.outputs.STORE_MARKER` (``norga-feature-store.json``), which
 makes it a zone of the write guard: outputs of other commands are never placed inside it, and the store
 never writes outside it. A new or empty folder becomes a store; so does one that holds only an older norga's
-space folders (32 hex digits, each with its ``space.json``); any other folder is refused.
+space folders (32 hex digits, each with its ``space.json``); any other folder is refused. Jobs of a sweep may claim
+one new store at the same moment: the temp file of a marker being written is not a foreign file (every write of
+the store is a temp file renamed into place, so no lock is needed and no torn file is ever read).
 """
 from __future__ import annotations
 
@@ -47,7 +49,8 @@ def check_store(root: Path) -> bool:
         return True
     if root.exists() and not root.is_dir():
         raise NorgaError(f"{OPTION} {root} is a file; pass a folder (new, empty, or an earlier feature store)")
-    foreign = sorted(p.name for p in root.iterdir() if not _space_folder(p)) if root.is_dir() else []
+    foreign = sorted(p.name for p in root.iterdir() if not (_space_folder(p) or _marker_being_written(p))) \
+        if root.is_dir() else []
     if foreign:
         raise NorgaError(f"{OPTION} {root} holds files that are not a norga feature store ({', '.join(foreign[:5])}); "
                          "norga never mixes its files with yours: pass a new or empty folder")
@@ -58,6 +61,12 @@ def check_store(root: Path) -> bool:
     if not os.access(existing, os.W_OK):
         raise NorgaError(f"{OPTION} {root}: {existing} is not writable; make it writable or pass another folder")
     return False
+
+
+def _marker_being_written(path: Path) -> bool:
+    """Whether ``path`` is the temp file of a marker another process is writing this moment (its atomic write:
+    temp file, then rename): a store claimed by a concurrent job, not a file of the user's."""
+    return path.name.startswith(f".{STORE_MARKER}.") and path.name.endswith(".tmp")  # by name: it may be gone
 
 
 def _space_folder(path: Path) -> bool:
