@@ -96,7 +96,8 @@ def test_a_run_killed_in_its_evaluation_resumes_to_the_uninterrupted_metrics(met
 
 
 CONFIGS = sorted(p for p in (REPO_ROOT / "configs").rglob("*.yaml")  # regime: a list; reproduce/: manifests
-                 if p.name != "regime.yaml" and p.parent.name not in ("reproduce", "sweeps"))  # sweeps/: test_sweep.py
+                 if p.name != "regime.yaml"
+                 and p.parent.name not in ("reproduce", "sweeps", "tune"))  # sweeps/, tune/: test_sweep, test_tune
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=[str(p.relative_to(REPO_ROOT / "configs")) for p in CONFIGS])

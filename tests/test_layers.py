@@ -31,6 +31,7 @@ LAYERS: List[List[str]] = [
     ["norga.engine"],  # the task loop and everything about a run, above the methods
     ["norga.sweep"],  # grids of runs from a sweep file: points, status, launchers (local, submitit / SLURM)
     ["norga.reproduce"],  # grids of runs from a manifest (the paper's tables): runs them through the engine
+    ["norga.tune"],  # norga tune: Optuna studies on protocols; trials through the engine, workers through sweep
     ["norga.commands", "norga.__main__"],  # every command (norga reproduce: commands/reproduce_command.py)
 ]
 # theory/ (the papers' numerical checks) is beside the package, not in it: it may import norga, never the reverse

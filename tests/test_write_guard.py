@@ -236,6 +236,7 @@ SCENARIOS = {
     ("sweep", "--out"): ("folder", ["sweep", str(REPO / "configs" / "sweeps" / "smoke_grid.yaml"), "--out", "X"]),
     ("sweep", "--feature-cache"): ("folder", ["sweep", str(REPO / "configs" / "sweeps" / "smoke_grid.yaml"), "--out",
                                               "{w}/fresh_sweep", "--feature-cache", "X"]),
+    ("tune", "--out"): ("folder", ["tune", str(REPO / "configs" / "tune" / "smoke.yaml"), "--out", "X"]),
     ("configs copy", "folder"): ("folder", ["configs", "copy", "smoke", "X"]),
     ("data prepare", "--root"): ("folder", ["data", "prepare", "cifar100", "--root", "X", "--mirror", "{mirror}",
                                             "--no-progress", "--sha256", "cifar-100-python.tar.gz={archive_sha}"]),

@@ -8,6 +8,7 @@ configs | list`` and ``norga --version``.
     norga routes --run runs/mh_moe          # N_eff / old-task loss change per route of an MoE-adapter run
     norga reproduce --table 1 --rows sup21k --out runs/repro [--dry-run | --report]   # the paper's tables
     norga sweep SPEC.yaml [--launcher local|slurm] [-j N] [--dry-run]   # a grid of runs; norga sweep status ROOT
+    norga tune SPEC.yaml [-j N] [--launcher local|slurm]   # Optuna on a protocol that never peeks (tuning.md)
     norga doctor [--config CFG]             # versions, torch/torchvision pairing, devices, a config's paths
     norga data prepare cifar100 --root DATA # download, verify, extract a benchmark (--check validates it)
     norga configs [show NAME | copy NAME DIR]   # the shipped configs (--config takes a file or a shipped NAME)
@@ -251,6 +252,13 @@ def configs_main(argv: Sequence[str]) -> int:
     return guarded(lambda: run(list(argv)), lambda: "nothing was written")
 
 
+def tune_main(argv: Sequence[str]) -> int:
+    """``norga tune``: :mod:`norga.commands.tune_command` (imported only now; Optuna only when a study opens)."""
+    from .tune_command import main as run
+
+    return run(list(argv))
+
+
 def doctor_command(argv: Sequence[str]) -> int:
     """``norga doctor``: :func:`norga.commands.preflight.doctor_main` inside the boundary."""
     return guarded(lambda: doctor_main(list(argv)), lambda: "nothing was written")
@@ -264,7 +272,7 @@ def list_main() -> int:
 
 # subcommands that parse their own arguments: name -> entry point taking the arguments after the name
 DELEGATED = {"summarize": summarize_main, "doctor": doctor_command, "data": data_main, "reproduce": reproduce_main,
-             "configs": configs_main, "sweep": sweep_main}
+             "configs": configs_main, "sweep": sweep_main, "tune": tune_main}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -276,7 +284,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="norga", description=summary)
     parser.add_argument("--version", action="version", version=f"norga {__version__}")
     commands = parser.add_subparsers(dest="command", required=True,
-                                     metavar="{train,eval,export,summarize,reproduce,sweep,routes,doctor,data,configs,list}")
+                                     metavar="{train,eval,export,summarize,reproduce,sweep,routes,doctor,data,configs,tune,list}")
     add_train_arguments(commands.add_parser("train", help="train or resume a run"))
     add_eval_arguments(commands.add_parser("eval", help="re-evaluate a run from its checkpoints"))
     add_export_arguments(commands.add_parser("export", help="write a run's trained state as safetensors, its "
@@ -290,6 +298,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     commands.add_parser("doctor", help="check this install: versions, torch/torchvision pairing, devices (--config)")
     commands.add_parser("data", help="prepare or check a benchmark folder (norga data prepare --help)")
     commands.add_parser("configs", help="the shipped configs: list, show NAME, copy NAME DIR (norga configs --help)")
+    commands.add_parser("tune", help="tune hyperparameters with Optuna on a protocol (norga tune --help)")
     commands.add_parser("list", help="registered gates, methods, benchmarks and backbone presets")
     args = parser.parse_args(argv)
     if args.command == "train":

@@ -12,7 +12,7 @@ import numpy as np
 from PIL import Image
 from torch.utils.data import Dataset
 
-from . import five_datasets, folders, ptm_folders  # noqa: F401  (register their sources)
+from . import derived_sources, five_datasets, folders, ptm_folders  # noqa: F401  (register their sources)
 from .sources import SOURCES, DataError, RawData
 from .transforms import build_transforms, task_recipes
 

@@ -10,7 +10,7 @@ import contextlib
 import dataclasses
 import time
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 import torch
 from torch.utils.data import DataLoader
@@ -114,7 +114,7 @@ class Evaluator:
 
 
 def run_training(cfg: Config, output_dir: Path, force: bool = False, feature_cache: Optional[Path] = None,
-                 config_file: Optional[str] = None) -> dict:
+                 config_file: Optional[str] = None, on_task_end: Optional[Callable[[int, dict], None]] = None) -> dict:
     """Train (or resume) a full run into ``output_dir``; returns metrics.json content.
 
     Writes only into a new or empty folder or a norga run folder (:mod:`norga.engine.run_marker`; ``config_file``,
@@ -122,15 +122,18 @@ def run_training(cfg: Config, output_dir: Path, force: bool = False, feature_cac
     resumes after the last task whose checkpoint is intact and belongs to the run (:mod:`norga.engine.run_identity`);
     a finished run returns its metrics at once. Model and data are built (and so checked) before anything is
     written into the folder; the marker ``norga-run.json`` is written first. ``feature_cache``: the folder of a
-    :mod:`~norga.toolkit.feature_store` for frozen features (None: none).
+    :mod:`~norga.toolkit.feature_store` for frozen features (None: none). ``on_task_end(t, metrics)``, when given,
+    is called after task t is saved with the run's metrics so far (what metrics.json holds); an exception it raises
+    (e.g. a tuning trial pruned) stops the run there, the saved tasks kept (``norga tune``, docs/tuning.md).
     """
     refuse_config_inside(config_file, Path(output_dir))
     cfg = resolve_config(cfg)
     with distributed_session(cfg.device):
-        return _train_in_folder(cfg, RunDir(output_dir), force, feature_cache)
+        return _train_in_folder(cfg, RunDir(output_dir), force, feature_cache, on_task_end)
 
 
-def _train_in_folder(cfg: Config, run: RunDir, force: bool, feature_cache: Optional[Path] = None) -> dict:
+def _train_in_folder(cfg: Config, run: RunDir, force: bool, feature_cache: Optional[Path] = None,
+                     on_task_end: Optional[Callable[[int, dict], None]] = None) -> dict:
     """run_training in this process (one of torchrun's processes, or the only one)."""
 
     changes: dict = {}
@@ -181,6 +184,8 @@ def _train_in_folder(cfg: Config, run: RunDir, force: bool, feature_cache: Optio
             for t in range(done, bench.num_tasks):
                 _train_task(t, cfg, bench, method, tracker, run, evaluator, log, stamp)
                 trackers.task_row(t, tracker.metrics())
+                if on_task_end is not None:
+                    on_task_end(t, tracker.metrics())
                 log.info(progress_line(tracker.times, bench.num_tasks))
                 if is_main():
                     from ..reports.plots import write_run_plots  # here: matplotlib loads once a run ends
