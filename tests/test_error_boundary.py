@@ -169,6 +169,25 @@ def test_through_the_command_line_each_is_one_line_exit_2(err, monkeypatch, caps
     one_error(capsys, ["list"])
 
 
+def test_a_reader_that_closes_the_pipe_ends_the_command_quietly_with_141():
+    """``norga list | head -1``: the reader leaves before norga writes; no error line, the shell's SIGPIPE status."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "norga", "list"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # the reader is gone before norga (still importing) writes a line
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == guard.STDOUT_CLOSED == 141 and err.decode().strip() == ""
+
+
+def test_a_broken_pipe_elsewhere_is_still_one_line(monkeypatch, capsys):
+    """A BrokenPipeError while standard output is fine (a socket's, say) is the usual one-line error, exit 2."""
+    import norga.commands.cli as cli
+
+    monkeypatch.setattr(cli, "list_main", _raising(BrokenPipeError(errno.EPIPE, "Broken pipe")))
+    assert "Broken pipe" in one_error(capsys, ["list"])
+
+
 def test_a_bug_keeps_its_traceback_through_the_command_line(monkeypatch):
     import norga.commands.cli as cli
 

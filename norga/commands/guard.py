@@ -23,6 +23,7 @@ import json
 import os
 import pickle
 import re
+import select
 import shutil
 import signal
 import sys
@@ -34,6 +35,7 @@ from ..errors import DIVERGED_EXIT, NorgaError, TrainingDiverged, one_line
 from ..outputs import forget_new_folders, undo_new_folders
 
 INTERRUPTED = 130  # the shell's status for a process stopped by SIGINT
+STDOUT_CLOSED = 141  # the shell's status for a process stopped by SIGPIPE (its reader closed the pipe)
 _DISK = {errno.ENOSPC: "free some space", getattr(errno, "EDQUOT", errno.ENOSPC): "free some space",
          errno.EROFS: "make it writable or choose another folder"}  # OSErrors that are the disk's, not a bug
 _NETWORK = "check the network connection (or the server), then run the same command again"
@@ -230,6 +232,8 @@ def guarded(action: Callable[[], int], on_interrupt: Callable[[], str],
         return INTERRUPTED
     except Exception as err:  # noqa: BLE001 - filtered by user_error, bugs are re-raised
         _clean_up(None if isinstance(err, TrainingDiverged) else on_failure)  # a diverged run says status: failed
+        if isinstance(err, BrokenPipeError) and _stdout_gone():  # `norga list | head`: the reader left
+            return STDOUT_CLOSED
         message = user_error(err)
         if message is None:
             raise
@@ -244,6 +248,21 @@ def guarded(action: Callable[[], int], on_interrupt: Callable[[], str],
     else:
         _clean_up(on_failure)
     return status
+
+
+def _stdout_gone() -> bool:
+    """Whether standard output is a pipe whose reader has gone (then it is sent to /dev/null, so that the
+    interpreter's own flush at exit stays quiet): not an error to report, the shell's 141 is the exit status."""
+    try:
+        fd = sys.stdout.fileno()
+        poller = select.poll()  # a pipe whose reader closed reports POLLERR to its writer (Linux, macOS)
+        poller.register(fd, select.POLLOUT)
+        if not any(events & select.POLLERR for _, events in poller.poll(0)):
+            return False
+        os.dup2(os.open(os.devnull, os.O_WRONLY), fd)
+        return True
+    except (AttributeError, OSError, ValueError):  # no poll (Windows) or no real stdout: report the error
+        return False
 
 
 def _raise_interrupt(signum, frame) -> None:
