@@ -122,9 +122,8 @@ def run_training(cfg: Config, output_dir: Path, force: bool = False, feature_cac
     resumes after the last task whose checkpoint is intact and belongs to the run (:mod:`norga.engine.run_identity`);
     a finished run returns its metrics at once. Model and data are built (and so checked) before anything is
     written into the folder; the marker ``norga-run.json`` is written first. ``feature_cache``: the folder of a
-    :mod:`~norga.toolkit.feature_store` for frozen features (None: none). ``on_task_end(t, metrics)``, when given,
-    is called after task t is saved with the run's metrics so far (what metrics.json holds); an exception it raises
-    (e.g. a tuning trial pruned) stops the run there, the saved tasks kept (``norga tune``, docs/tuning.md).
+    :mod:`~norga.toolkit.feature_store` for frozen features (None: none). ``on_task_end(t, metrics)``: called once
+    task t is saved, with metrics.json's content so far; what it raises (a pruned tuning trial) ends the run there.
     """
     refuse_config_inside(config_file, Path(output_dir))
     cfg = resolve_config(cfg)
@@ -135,7 +134,6 @@ def run_training(cfg: Config, output_dir: Path, force: bool = False, feature_cac
 def _train_in_folder(cfg: Config, run: RunDir, force: bool, feature_cache: Optional[Path] = None,
                      on_task_end: Optional[Callable[[int, dict], None]] = None) -> dict:
     """run_training in this process (one of torchrun's processes, or the only one)."""
-
     changes: dict = {}
     inputs = InputsCheck(run, cfg.model, cfg.data.num_tasks, force)  # backbone weights and data split
     # a missing package or login: one line before anything is built
@@ -183,9 +181,10 @@ def _train_in_folder(cfg: Config, run: RunDir, force: bool, feature_cache: Optio
         with epochs, amp_mode(cfg.amp), compile_mode(cfg.compile), _status_on_stop(run, tracker, log, trackers):
             for t in range(done, bench.num_tasks):
                 _train_task(t, cfg, bench, method, tracker, run, evaluator, log, stamp)
-                trackers.task_row(t, tracker.metrics())
+                so_far = tracker.metrics()  # what metrics.json holds now: computed once for the trackers and the hook
+                trackers.task_row(t, so_far)
                 if on_task_end is not None:
-                    on_task_end(t, tracker.metrics())
+                    on_task_end(t, so_far)
                 log.info(progress_line(tracker.times, bench.num_tasks))
                 if is_main():
                     from ..reports.plots import write_run_plots  # here: matplotlib loads once a run ends

@@ -22,7 +22,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..config import ConfigError, load_config
 from ..errors import NorgaError, TrainingDiverged
-from ..sweep.points import Point
+from ..sweep.points import Point, load_all
 from ..sweep.root import write_root
 from ..sweep.run import run_points
 from ..sweep.status import read_metrics, run_state  # noqa: F401 - read_metrics: the report reads it from here
@@ -97,16 +97,7 @@ def expand(cells: Sequence[Cell], out: Path, extra: Sequence[str] = (), weights:
 
 def check_configs(runs: Sequence[Run]) -> List:
     """Every run's config, loaded and validated before anything runs (all problems reported together)."""
-    configs, problems = [], []
-    for run in runs:
-        try:
-            configs.append(run.config())
-        except ConfigError as err:
-            problems.append(str(err))
-    if problems:
-        raise ConfigError(f"{len(problems)} run config(s) do not load: " + "; ".join(problems[:5])
-                          + ("; ..." if len(problems) > 5 else ""))
-    return configs
+    return load_all([run.config for run in runs], "run configs")
 
 
 def run_all(runs: Sequence[Run], log=print, feature_cache: Optional[Path] = None) -> List[Tuple[Run, str, bool]]:

@@ -18,7 +18,7 @@ import shlex
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..config import ConfigError, load_config
 from ..config.shipped import shipped_name
@@ -95,16 +95,22 @@ def expand(spec: SweepSpec, root: Path, extra: Sequence[str] = ()) -> List[Point
 
 def check_points(points: Sequence) -> List:
     """Every point's config, loaded and checked before anything runs (all problems reported together)."""
+    return load_all([point.load for point in points], "point configs")
+
+
+def load_all(loaders: Sequence[Callable[[], object]], what: str) -> List:
+    """Every config ``loaders`` return, each loaded once; all ConfigErrors raised together as one (a single problem
+    alone, several as "N <what> do not load: ..." with the first five)."""
     configs, problems = [], []
-    for point in points:
+    for load in loaders:
         try:
-            configs.append(point.load())
+            configs.append(load())
         except ConfigError as err:
             problems.append(str(err))
     if len(problems) == 1:
         raise ConfigError(problems[0])
     if problems:
-        raise ConfigError(f"{len(problems)} point configs do not load: " + "; ".join(problems[:5])
+        raise ConfigError(f"{len(problems)} {what} do not load: " + "; ".join(problems[:5])
                           + ("; ..." if len(problems) > 5 else ""))
     return configs
 
