@@ -280,3 +280,28 @@ def test_an_unwritable_feature_cache_is_named_before_anything_is_created(command
     err = capsys.readouterr().err
     assert err.count("error:") == 1 and f"--feature-cache {read_only}: {read_only} is not writable" in err, err
     assert "--output-dir" not in err and tree_hash(tmp_path) == before  # no started run folder, no output folder
+
+
+@pytest.mark.parametrize("window", ["before the listing", "before the zone look"])
+def test_a_store_claimed_by_a_concurrent_job_between_two_looks_is_a_store(window, tmp_path, monkeypatch):
+    """check_store looks at the marker, lists the folder, then looks for a zone: a concurrent job of a sweep may
+    rename its marker into place between those looks; the folder is then a store, never 'foreign' nor 'inside
+    itself' (seen in CI with 3 processes claiming 30 stores at once)."""
+    import norga.toolkit.store_folder as store_folder
+    from norga.outputs import STORE_MARKER
+
+    root = tmp_path / "store"
+    root.mkdir()
+
+    def claim_concurrently():
+        (root / STORE_MARKER).write_text('{"format": "%s"}\n' % store_folder.FORMAT)
+
+    if window == "before the listing":
+        listing = Path.iterdir
+        monkeypatch.setattr(Path, "iterdir", lambda self: (claim_concurrently(), listing(self))[1])
+    else:
+        looks = store_folder.zone_of
+        monkeypatch.setattr(store_folder, "zone_of", lambda path: (claim_concurrently(), looks(path))[1])
+    assert store_folder.check_store(root) is True
+    monkeypatch.undo()
+    assert store_folder.check_store(root) is True and [p.name for p in root.iterdir()] == [STORE_MARKER]

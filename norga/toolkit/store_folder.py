@@ -6,8 +6,9 @@ A store's root carries the marker :data:`norga.outputs.STORE_MARKER` (``norga-fe
 makes it a zone of the write guard: outputs of other commands are never placed inside it, and the store
 never writes outside it. A new or empty folder becomes a store; so does one that holds only an older norga's
 space folders (32 hex digits, each with its ``space.json``); any other folder is refused. Jobs of a sweep may claim
-one new store at the same moment: the temp file of a marker being written is not a foreign file (every write of
-the store is a temp file renamed into place, so no lock is needed and no torn file is ever read).
+one new store at the same moment: the temp file of a marker being written is not a foreign file, and a marker
+renamed into place between two looks makes the folder a store, not a zone it lies inside (every write of the store
+is a temp file renamed into place, so no lock is needed and no torn file is ever read).
 """
 from __future__ import annotations
 
@@ -51,10 +52,12 @@ def check_store(root: Path) -> bool:
         raise NorgaError(f"{OPTION} {root} is a file; pass a folder (new, empty, or an earlier feature store)")
     foreign = sorted(p.name for p in root.iterdir() if not (_space_folder(p) or _marker_being_written(p))) \
         if root.is_dir() else []
+    found = None if foreign else zone_of(root)
+    if (foreign or found is not None) and marker.is_file():  # a concurrent job claimed it since the first look
+        return check_store(root)
     if foreign:
         raise NorgaError(f"{OPTION} {root} holds files that are not a norga feature store ({', '.join(foreign[:5])}); "
                          "norga never mixes its files with yours: pass a new or empty folder")
-    found = zone_of(root)
     if found is not None:
         raise NorgaError(f"{OPTION} {root} lies inside the {found[1]} {found[0]}; pass a folder outside it")
     existing = next((p for p in (root, *root.parents) if p.exists()), root)
