@@ -10,6 +10,9 @@ import torch
 
 if os.environ.get("PYTEST_XDIST_WORKER"):  # pytest -n N: one worker per core, each with one torch thread
     torch.set_num_threads(1)
+    # and so is every process a test starts (a gpu_check worker, a killed run): with torch's default of one thread
+    # per core, N workers' children oversubscribe the cores (the two tiny GPU checks: 334 s with it, 45 s without)
+    os.environ.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED = REPO_ROOT.parent / "shared"

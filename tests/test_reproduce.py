@@ -35,7 +35,10 @@ def write_manifest(tmp: Path, cells: list, seeds=(0, 1)) -> Path:
 
 # ---- the report by hand -----------------------------------------------------------------------------------
 def put_run(folder: Path, fa: float, ca: float, fm: float, status="complete", done=3):
-    folder.mkdir(parents=True)
+    (folder / "checkpoints").mkdir(parents=True)
+    for task in range(done):  # the status counts no task without its checkpoint and checksum file
+        for name in (f"task_{task:02d}.pt", f"task_{task:02d}.pt.sha256"):
+            (folder / "checkpoints" / name).write_text("x")
     official = {"FA": fa, "CA": ca, "FM": fm}
     (folder / "metrics.json").write_text(json.dumps({"FA": fa, "CA": ca + 0.5, "FM": 0.0, "official": official,
                                                      "num_tasks": 3, "completed_tasks": done, "status": status}))

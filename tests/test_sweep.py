@@ -90,7 +90,12 @@ def test_the_shipped_sweep_file_loads_with_every_point(tmp_path):
 
 
 def put_metrics(folder: Path, done: int, total: int = 3, status: str = "incomplete", **extra) -> None:
-    folder.mkdir(parents=True)
+    """A run folder whose metrics.json counts ``done`` tasks, each with its checkpoint and checksum file (the
+    status counts no task without them)."""
+    (folder / "checkpoints").mkdir(parents=True)
+    for task in range(done):
+        for name in (f"task_{task:02d}.pt", f"task_{task:02d}.pt.sha256"):
+            (folder / "checkpoints" / name).write_text("x")
     (folder / "metrics.json").write_text(json.dumps({"num_tasks": total, "completed_tasks": done, "status": status,
                                                      **extra}))
 
@@ -131,6 +136,20 @@ def test_status_reads_done_partial_failed_and_missing_from_the_run_folders(tmp_p
     assert [p.label for p in chosen] == [points[1].label]
     assert "done, skipped" in skipped[0] and "--retry-failed resubmits it" in skipped[1]
     assert pending(points, states, retry_failed=True)[0] == points[1:]
+
+
+def test_a_count_in_metrics_json_without_its_checkpoint_is_not_done(tmp_path):
+    """metrics.json is a file a user can edit or copy in: the status never counts more tasks than the checkpoints
+    with their checksum files show, so a sweep resubmits the run (norga train then verifies it against them)."""
+    from norga.sweep.status import run_state
+
+    folder = tmp_path / "run"
+    put_metrics(folder, 3, status="complete")
+    assert run_state(folder, 3) == RunState("done", 3, 3)
+    (folder / "checkpoints" / "task_02.pt.sha256").unlink()  # the last task's checksum gone: not saved
+    assert run_state(folder, 3) == RunState("partial", 2, 3)
+    (folder / "checkpoints" / "task_00.pt.sha256").unlink()  # a gap at task 0: nothing counts after it
+    assert run_state(folder, 3).text() == "partial: 0 of 3 tasks"
 
 
 def test_status_of_a_folder_that_is_no_sweep_root_is_one_line(tmp_path, capsys):

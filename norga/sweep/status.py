@@ -5,10 +5,13 @@ its exit record): ``done``, ``partial`` (k of T tasks saved: a run resumes there
     state.kind, state.done, state.total, state.text()     # 'partial', 1, 3, 'partial: 1 of 3 tasks'
     print("\\n".join(table(rows)))                          # the status table of a sweep
 
-There is no database: ``metrics.json`` (``status``, ``completed_tasks``, ``num_tasks``) says what was trained, and
-when it is absent the verified checkpoints (``checkpoints/task_XX.pt`` with their ``.sha256``) are counted. A run
-is ``failed`` when its ``metrics.json`` says so (training diverged) or when the last command on it exited with an
-error (not a stop: Ctrl-C, SIGTERM, a time limit); a sweep resubmits failed runs only with ``--retry-failed``.
+There is no database: ``metrics.json`` (``status``, ``completed_tasks``, ``num_tasks``) says what was trained, but
+never more than the checkpoints with their checksum files (``checkpoints/task_XX.pt`` and ``.sha256``, the truth)
+show: a ``metrics.json`` that counts a task whose checkpoint is gone makes the run ``partial``, so the sweep
+resubmits it and ``norga train`` verifies it against its checkpoints. Without ``metrics.json`` the checkpoints are
+counted. A run is ``failed`` when its ``metrics.json`` says so (training diverged) or when the last command on it
+exited with an error (not a stop: Ctrl-C, SIGTERM, a time limit); a sweep resubmits failed runs only with
+``--retry-failed``.
 Torch-free.
 """
 from __future__ import annotations
@@ -74,7 +77,7 @@ def run_state(folder: Path, total: Optional[int] = None, record: Optional[dict] 
     metrics = read_metrics(folder)
     if metrics is not None:
         total = metrics.get("num_tasks") or total
-        done = int(metrics.get("completed_tasks") or 0)
+        done = min(int(metrics.get("completed_tasks") or 0), saved_tasks(folder))  # a count without its checkpoint
         if metrics.get("status") == "failed":
             stopped = metrics.get("stopped") or {}
             return RunState("failed", done, total, " ".join(str(stopped.get("reason", "")).split())[:300])
