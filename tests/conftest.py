@@ -14,6 +14,10 @@ if os.environ.get("PYTEST_XDIST_WORKER"):  # pytest -n N: one worker per core, e
     # per core, N workers' children oversubscribe the cores (the two tiny GPU checks: 334 s with it, 45 s without)
     os.environ.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
 
+# the longest test modules (minutes each under -n 2) are handed out first by pytest-xdist, so that none of them is
+# left running alone on one core at the end while the other cores idle
+SLOW_FIRST = ("test_mutants_run.py", "test_gpu_check_barebox.py", "test_gpu_check.py")
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED = REPO_ROOT.parent / "shared"
 SMOKE = REPO_ROOT / "configs" / "smoke.yaml"  # the main job's embedded default: tiny random ViT, synthetic data
@@ -60,6 +64,10 @@ def unpinned_versions() -> list:
 
 
 def pytest_collection_modifyitems(config, items):
+    """The modules of :data:`SLOW_FIRST` first (a stable sort: a module's tests stay together and in their order);
+    the tests of exact figures skipped, naming the versions, when the installed ones are not the pinned ones."""
+    rank = {name: i for i, name in enumerate(SLOW_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(SLOW_FIRST)))
     pinned = [item for item in items if item.nodeid.endswith(PINNED_TESTS)]
     differ = unpinned_versions() if pinned else []
     for item in pinned if differ else []:
