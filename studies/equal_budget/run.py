@@ -4,7 +4,8 @@ size of search space, the same budget and the ``heldout`` protocol, then evaluat
     python -m studies.equal_budget.run                      # every arm, in turn; again: continues where it stopped
     python -m studies.equal_budget.run --arms mos ranpac -j 2
     python -m studies.equal_budget.run --time-trial norga_tanh   # the one timed trial of the README's cost estimate
-    python -m studies.equal_budget.run --report             # equal_budget.md from the arms' final.json
+    python -m studies.equal_budget.run --collect            # equal_budget.json (committed) from the arms' folders
+    python -m studies.equal_budget.run --report [--check]   # equal_budget.md from equal_budget.json alone
 
 Each arm is one tune folder ``runs/equal_budget/<arm>`` (its spec's ``output``) holding its Optuna study
 (SQLite), so the script is resumable: a finished trial is never run again, a killed one is marked failed and
@@ -21,15 +22,15 @@ from typing import List, Optional
 
 import yaml
 
-from norga.reports.summary_stats import paired
 from norga.tune import TuneRequest, run_tune
+from studies.equal_budget.report import ARMS, collect_rows, load_rows, report_text
+from studies.generated import write_or_check
 
 HERE = Path(__file__).resolve().parent
 SPECS = HERE / "specs"
-ARMS = ("norga_tanh", "hideprompt", "no_prompt", "mos", "ranpac")
 EVIDENCE_DATA = Path("runs/bench_data/mixed_domains.npz")  # built by python -m bench.mixed_domains
-PAIRS = (("norga_tanh", "hideprompt"), ("norga_tanh", "no_prompt"), ("hideprompt", "no_prompt"),
-         ("mos", "norga_tanh"), ("ranpac", "norga_tanh"))  # the pre-registered comparisons (README.md)
+RUNS = Path("runs/equal_budget")  # the tune folders (each spec's out)
+ROWS, REPORT = HERE / "equal_budget.json", HERE / "equal_budget.md"  # committed
 
 
 def spec_of(arm: str) -> Path:
@@ -53,37 +54,27 @@ def time_one_trial(arm: str, out: Path) -> float:
     return time.time() - start
 
 
-def final_values(arm: str, which: str = "best") -> dict:
-    """{seed: FA in %} of an arm's final evaluation (``best``: tuned, ``default``: the evidence arm as is)."""
-    summary = json.loads((Path("runs/equal_budget") / arm / "final.json").read_text())
-    return {int(k): v for k, v in summary["arms"][which]["FA"]["values"].items()}
-
-
-def report_lines() -> List[str]:
-    """The decision rule applied (README.md): per pair the paired FA difference over the final seeds, tuned and
-    untuned, with its 95 % interval; "resolved" when the interval excludes 0."""
-    lines = ["| pair | tuned: A - B (FA, pp) | untuned: A - B | verdict (tuned) |", "|---|---|---|---|"]
-    for a, b in PAIRS:
-        cells = []
-        for which in ("best", "default"):
-            _, e = paired(final_values(a, which), final_values(b, which))
-            cells.append((e, f"{e.mean:+.2f} [{e.low:+.2f}, {e.high:+.2f}]"))
-        e = cells[0][0]
-        verdict = f"{a} above" if e.low > 0 else f"{b} above" if e.high < 0 else "not resolved"
-        lines.append(f"| {a} vs {b} | {cells[0][1]} | {cells[1][1]} | {verdict} |")
-    return lines
-
-
 def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
     p.add_argument("-j", "--jobs", type=int, default=1, help="tuning workers per arm (norga tune -j)")
     p.add_argument("--time-trial", choices=ARMS, default=None, help="time one trial of this arm, nothing else")
-    p.add_argument("--report", action="store_true", help="write equal_budget.md from the finished arms")
+    p.add_argument("--collect", action="store_true", help=f"write {ROWS.name} from the finished arms in {RUNS}")
+    p.add_argument("--report", action="store_true", help=f"write {REPORT.name} from {ROWS.name}")
+    p.add_argument("--check", action="store_true", help=f"with --report: exit 1 unless {REPORT.name} is current")
     args = p.parse_args(argv)
-    if args.report:
-        (HERE / "equal_budget.md").write_text("# equal_budget: paired FA differences over seeds 11-15\n\n"
-                                              + "\n".join(report_lines()) + "\n")
+    if args.collect:
+        rows = collect_rows(RUNS, time.strftime("%Y-%m-%d"))
+        if not rows["arms"]:
+            p.error(f"no finished arm in {RUNS} (an arm is finished when its final.json is there)")
+        ROWS.write_text(json.dumps(rows, indent=1, sort_keys=True) + "\n")
+        print(f"{ROWS}: {len(rows['arms'])} arm(s): {', '.join(rows['arms'])}")
+    if args.report or args.check:
+        rows = load_rows(ROWS)
+        if rows is None:
+            p.error(f"{ROWS} is missing: python -m studies.equal_budget.run --collect (after the arms ran)")
+        return write_or_check(REPORT, report_text(rows), args.check)
+    if args.collect:
         return 0
     if args.time_trial:
         seconds = time_one_trial(args.time_trial, Path("runs/equal_budget/timing"))
