@@ -96,3 +96,28 @@ def test_running_trials_of_dead_or_unnamed_workers_are_failed(tmp_path, monkeypa
     monkeypatch.setattr(tune_study, "ORPHAN_SECONDS", -1)
     assert tune_study.fail_dead_local_trials(study) == [unnamed.number]
     assert [t.state.name for t in study.get_trials()] == ["FAIL", "RUNNING", "FAIL"]
+
+
+def test_the_final_evaluation_through_the_launcher_equals_the_one_in_process(tmp_path):
+    """-j 2: the final runs are norga train commands started two at a time; their numbers are the in-process ones,
+    read back from their run folders; running it again resumes (finished runs are not trained again)."""
+    from norga.tune.folder import claim_folder
+    from norga.tune.final import final_command, run_final
+    from norga.tune.spec import read_spec
+
+    spec = read_spec(write_spec(tmp_path))
+    best = {"method.metric": "euclidean", "data.options.noise": 0.05}
+    here, launched = (claim_folder(tmp_path / name, spec, "") for name in ("here", "launched"))
+    lines = []
+    expected = run_final(here, spec, best, "", log=lambda line: None)
+    got = run_final(launched, spec, best, "", log=lines.append, jobs=2, env={"OMP_NUM_THREADS": "1"})
+    assert got["arms"] == expected["arms"] and got["arms"]["best"]["FA"]["n"] == 2
+    assert (launched / "final.md").read_text() == (here / "final.md").read_text()
+    logs = sorted(p.name for p in (launched / "final" / "logs").glob("*.log"))
+    assert logs == ["best_s1.log", "best_s2.log", "default_s1.log", "default_s2.log"] and "2 at a time" in lines[0]
+    command = final_command(spec, best, 2, launched / "final" / "best_s2")
+    assert command[1:4] == ["-m", "norga", "train"] and command[-2:] == ["--set", "seed=2"]
+    assert "method.metric=\"euclidean\"" in command  # the values as --set items, as config_for applies them
+    stamps = {p: p.stat().st_mtime_ns for p in (launched / "final").rglob("checkpoints/*.pt")}
+    assert run_final(launched, spec, best, "", log=lines.append, jobs=2)["arms"] == expected["arms"]
+    assert {p: p.stat().st_mtime_ns for p in stamps} == stamps  # resumed: nothing trained again

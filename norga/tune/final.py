@@ -1,6 +1,8 @@
 """The final evaluation: the best configuration and the untuned default (the spec's ``config`` with its ``set``) on the
 evaluation sequence, each with every final seed (fresh: none was a tuning seed), as normal run folders
-``TUNE/final/{best,default}_sS`` that resume when the command runs again.
+``TUNE/final/{best,default}_sS`` that resume when the command runs again. With one worker they run in this
+process, one after the other; with ``-j N`` or a cluster launcher each is a ``norga train`` command started through
+the sweep launcher, N at a time (as the trials' workers), its log in ``TUNE/final/logs/``.
 
 ``final.md`` (``final_oracle.md`` for an oracle study) gives per arm and metric the mean over seeds with its 95 %
 Student-t interval (:func:`norga.reports.summary_stats.describe`), in percent, and each seed's value;
@@ -11,38 +13,93 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional, Tuple
 
-from ..reports.summary_stats import clip_interval, describe
+from ..errors import NorgaError
 from ..outputs import make_output_folder
+from ..reports.summary_stats import clip_interval, describe
 from .folder import write_file
 from .report import labelled
-from .spec import TuneSpec
+from .spec import TuneSpec, value_override
 from .trial import config_for
 
 METRICS = ("FA", "CA", "FM")
 BOUNDS = {"FA": (0.0, 100.0), "CA": (0.0, 100.0), "FM": (-100.0, 100.0)}  # what each metric (%) can take
 
 
-def run_final(root: Path, spec: TuneSpec, best: Dict[str, Any], label: str, log=print) -> Dict[str, Any]:
-    """Train both arms over the final seeds (resuming finished ones), write final.md / final.json; the summary."""
-    from ..engine import run_training
+def run_final(root: Path, spec: TuneSpec, best: Dict[str, Any], label: str, log=print, jobs: int = 1,
+              launcher: str = "local", env: Optional[Dict[str, str]] = None,
+              launcher_options: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """Train both arms over the final seeds (resuming finished ones), write final.md / final.json; the summary.
 
+    ``jobs`` 1 with the ``local`` launcher: one run after the other in this process. Otherwise every run is a
+    ``norga train`` command (:func:`final_command`: the same config) started through the sweep launcher
+    ``launcher``, ``jobs`` at a time (``env``: added to each command's environment; logs ``final/logs/``), and
+    its metrics are read back from its run folder, checked against its checkpoints."""
     arms = {"best": best, "default": {}}
+    folders = {(arm, seed): Path(root) / "final" / f"{arm}_s{seed}" for arm in arms for seed in spec.final_seeds}
+    for folder in folders.values():
+        make_output_folder(folder, "--out")
+    if jobs == 1 and launcher == "local":
+        metrics = _train_here(spec, arms, folders, log)
+    else:
+        metrics = _train_launched(Path(root), spec, arms, folders, log, jobs, launcher, env or {},
+                                  launcher_options or {})
     results: Dict[str, Dict[int, dict]] = {arm: {} for arm in arms}
-    for arm, values in arms.items():
-        for seed in spec.final_seeds:
-            folder = Path(root) / "final" / f"{arm}_s{seed}"
-            make_output_folder(folder, "--out")
-            log(f"final evaluation: {arm} configuration, seed {seed} -> {folder}")
-            metrics = run_training(config_for(spec, None, values, seed), folder)
-            results[arm][seed] = {m: metrics.get(m) for m in METRICS}
+    for (arm, seed), values in metrics.items():
+        results[arm][seed] = {m: values.get(m) for m in METRICS}
     summary = summarize_arms(results, spec, best, label)
     write_file(root, labelled("final.json", label), (json.dumps(summary, indent=1) + "\n").encode())
     write_file(root, labelled("final.md", label), final_markdown(summary).encode())
     log_to_trackers(root, spec, summary)
     return summary
+
+
+def _train_here(spec: TuneSpec, arms, folders, log) -> Dict[Tuple[str, int], dict]:
+    """Every final run in this process, in turn: {(arm, seed): its metrics}."""
+    from ..engine import run_training
+
+    metrics = {}
+    for (arm, seed), folder in folders.items():
+        log(f"final evaluation: {arm} configuration, seed {seed} -> {folder}")
+        metrics[arm, seed] = run_training(config_for(spec, None, arms[arm], seed), folder)
+    return metrics
+
+
+def final_command(spec: TuneSpec, values: Dict[str, Any], seed: int, folder: Path) -> List[str]:
+    """``python -m norga train`` with the config :func:`~norga.tune.trial.config_for` gives (``protocol`` None:
+    the evaluation sequence): the spec's base, its ``set``, the values, the seed."""
+    overrides = spec.overrides + [value_override(k, v) for k, v in values.items()] + [f"seed={seed}"]
+    command = [sys.executable, "-m", "norga", "train", "--config", spec.base, "--output-dir", str(folder)]
+    for item in overrides:
+        command += ["--set", item]
+    return command
+
+
+def _train_launched(root: Path, spec: TuneSpec, arms, folders, log, jobs: int, launcher: str, env, options):
+    """Every final run as a ``norga train`` command through the sweep launcher: {(arm, seed): its metrics}, read
+    back verified; one NorgaError naming the logs of the runs that failed."""
+    from ..engine.run_folder import RunDir
+    from ..sweep.launchers import launch
+
+    names = [f"{arm}_s{seed}" for arm, seed in folders]
+    log(f"final evaluation: {len(names)} runs through --launcher {launcher}, {jobs} at a time -> {root / 'final'}")
+    outcomes = launch([final_command(spec, arms[arm], seed, folder) for (arm, seed), folder in folders.items()],
+                      launcher=launcher, jobs=jobs, log_dir=root / "final" / "logs", names=names, env=env, **options)
+    failed = [f"{o.log} (exit {o.returncode})" for o in outcomes if o.returncode != 0]
+    if failed:
+        raise NorgaError(f"{len(failed)} of {len(names)} final runs failed: see {', '.join(failed)}; run the same "
+                         "command again to resume them")
+    metrics = {}
+    for key, folder in folders.items():
+        found = RunDir(folder).read_metrics()
+        if not found or found.get("status") not in (None, "complete"):
+            raise NorgaError(f"final run {folder} did not finish ({(found or {}).get('status', 'no metrics.json')}); "
+                             "run the same command again to resume it")
+        metrics[key] = found
+    return metrics
 
 
 def log_to_trackers(root: Path, spec: TuneSpec, summary: Dict[str, Any]) -> None:

@@ -73,7 +73,9 @@ def run_tune(request: TuneRequest, log=print) -> Dict[str, Any]:
     log(f"best trial {summary['number']}: {spec.metric} {summary['value']:.4f} with {summary['best']} -> "
         f"{root / labelled('best.yaml', protocol.label)}")
     if request.final and _budget_spent(study, spec, deadline):
-        summary["final"] = run_final(root, spec, summary["best"], protocol.label, log)
+        summary["final"] = run_final(root, spec, summary["best"], protocol.label, log, jobs=request.jobs,
+                                     launcher=request.launcher, env=worker_threads(request),
+                                     launcher_options=request.launcher_options)
         log(f"final evaluation -> {root / labelled('final.md', protocol.label)}")
     return summary
 
