@@ -29,6 +29,7 @@ ARMS = ("norga_tanh", "hideprompt", "no_prompt", "mos", "ranpac")
 PAIRS = (("norga_tanh", "hideprompt"), ("norga_tanh", "no_prompt"), ("hideprompt", "no_prompt"),
          ("mos", "norga_tanh"), ("ranpac", "norga_tanh"))  # the pre-registered comparisons (README.md)
 CONFIGS = ("best", "default")  # the tuned configuration, the untuned default (the evidence arm as is)
+BUDGET = 5  # finished trials per arm (README.md); with -j 2 a second worker may finish one more (norga tune's rule)
 
 
 def collect_rows(runs: Path, collected: str) -> dict:
@@ -45,9 +46,13 @@ def collect_rows(runs: Path, collected: str) -> dict:
         states: Dict[str, int] = {}
         for trial in trials:
             states[trial["state"]] = states.get(trial["state"], 0) + 1
+        finished = [t for t in trials if t["state"] in ("COMPLETE", "PRUNED")]
+        complete = [t for t in finished if t["state"] == "COMPLETE" and t["FA"]]
         arms[arm] = {"FA": {which: summary["arms"][which]["FA"]["values"] for which in CONFIGS},
                      "best_values": summary["best_values"], "final_seeds": summary["final_seeds"],
                      "protocol": summary["protocol"], "trials": states,
+                     "best_trial": int(max(complete, key=lambda t: float(t["FA"]))["number"]) if complete else None,
+                     "first_finished": sorted(int(t["number"]) for t in finished)[:BUDGET],
                      "trial_seconds": sum(float(t["seconds"]) for t in trials if t["seconds"])}
     return {"collected": collected, "arms": arms}
 
@@ -90,6 +95,8 @@ def arm_row(rows: dict, arm: str) -> str:
         cells.append(f"{e.mean:.2f} [{e.low:.2f}, {e.high:.2f}]")
     gain = paired(fa(rows, arm, "best"), fa(rows, arm, "default"))[1]
     trials = ", ".join(f"{n} {state.lower()}" for state, n in sorted(row["trials"].items()))
+    trials += f"; best #{row['best_trial']}" + ("" if row["best_trial"] in row["first_finished"] else
+                                               f" (not among the first {BUDGET} finished)")
     values = ", ".join(f"`{k}={_short(v)}`" for k, v in row["best_values"].items())
     return (f"| {arm} | {cells[0]} | {cells[1]} | {gain.mean:+.2f} [{gain.low:+.2f}, {gain.high:+.2f}] | "
             f"{trials} | {values} |")

@@ -17,7 +17,8 @@ def rows_of(**arms) -> dict:
     return {"collected": "2026-12-05", "arms": {
         arm: {"FA": {"best": dict(zip(map(str, SEEDS), best)), "default": dict(zip(map(str, SEEDS), default))},
               "best_values": {"method.wtp.lr": 0.0123456}, "final_seeds": list(SEEDS), "protocol": "heldout",
-              "trials": {"COMPLETE": 4, "PRUNED": 1}, "trial_seconds": 100.0}
+              "trials": {"COMPLETE": 4, "PRUNED": 1}, "trial_seconds": 100.0, "best_trial": 5,
+              "first_finished": [0, 1, 2, 3, 4]}
         for arm, (best, default) in arms.items()}}
 
 
@@ -39,7 +40,8 @@ def test_a_pair_by_hand():
     gain = [x + 3 for x in a]  # tuned 3 points above untuned on every seed
     line = report.arm_row(rows_of(mos=(gain, a)), "mos")
     assert line.startswith("| mos | 55.00 [") and "| 52.00 [" in line and "| +3.00 [+3.00, +3.00] |" in line
-    assert "4 complete, 1 pruned" in line and "`method.wtp.lr=0.01235`" in line
+    assert "4 complete, 1 pruned; best #5 (not among the first 5 finished)" in line  # a 6th trial was best
+    assert "`method.wtp.lr=0.01235`" in line
 
 
 def test_the_report_says_which_arms_and_pairs_are_missing():
@@ -58,14 +60,16 @@ def test_rows_are_collected_from_the_tune_folders(tmp_path):
                                                    "best_values": {"method.projection_dim": 900},
                                                    "final_seeds": [11, 12]}))
     with open(folder / "trials.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=["number", "state", "seconds"])
+        writer = csv.DictWriter(handle, fieldnames=["number", "state", "FA", "seconds"])
         writer.writeheader()
-        writer.writerows([{"number": 0, "state": "COMPLETE", "seconds": "10.5"},
-                          {"number": 1, "state": "FAIL", "seconds": ""}])
+        writer.writerows([{"number": 0, "state": "COMPLETE", "FA": "0.4", "seconds": "10.5"},
+                          {"number": 1, "state": "FAIL", "FA": "", "seconds": ""},
+                          {"number": 2, "state": "COMPLETE", "FA": "0.6", "seconds": "3"}])
     rows = report.collect_rows(tmp_path, "2026-12-06")
     assert list(rows["arms"]) == ["ranpac"] and rows["collected"] == "2026-12-06"
     arm = rows["arms"]["ranpac"]
-    assert arm["trials"] == {"COMPLETE": 1, "FAIL": 1} and arm["trial_seconds"] == 10.5
+    assert arm["trials"] == {"COMPLETE": 2, "FAIL": 1} and arm["trial_seconds"] == 13.5
+    assert arm["best_trial"] == 2 and arm["first_finished"] == [0, 2]  # the failed trial is not counted
     assert report.fa(rows, "ranpac", "best") == {11: 60.0, 12: 61.0}
 
 
