@@ -53,9 +53,9 @@ def block(name: str, arms: List[str]):
 
 
 def typographic(line: str) -> str:
-    """ASCII minus before a digit -> "−", unless it follows a digit (table rules, names and dates such as
-    2026-11-27 are left alone)."""
-    return re.sub(r"(?<!\d)-(?=\d)", "−", line)
+    """ASCII minus before a digit -> "−", unless it follows a digit or a word of two letters or more (table rules,
+    dates such as 2026-11-27 and names such as CIFAR-100 or top-1 are left alone; T-1 is a difference)."""
+    return re.sub(r"(?<!\d)(?<![A-Za-z][A-Za-z])-(?=\d)", "−", line)
 
 
 def file_lines(name: str) -> List[str]:

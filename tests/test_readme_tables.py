@@ -74,6 +74,7 @@ def test_typographic_minus_only_before_digits():
     assert typographic(line) == "| mh_moe_h8 − mh_moe_h2 | 3 | −0.50 [−1.20, +0.20] | –"
     assert typographic("|---|---|") == "|---|---|"
     assert typographic("added 2026-11-27; task 0..T-1") == "added 2026-11-27; task 0..T−1"  # a date keeps its hyphens
+    assert typographic("CIFAR-100, top-1, ViT-S/14 at -2.5") == "CIFAR-100, top-1, ViT-S/14 at −2.5"  # names
 
 
 @pytest.mark.parametrize("text, message", [
