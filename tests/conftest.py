@@ -11,7 +11,8 @@ import torch
 if os.environ.get("PYTEST_XDIST_WORKER"):  # pytest -n N: one worker per core, each with one torch thread
     torch.set_num_threads(1)
     # and so is every process a test starts (a gpu_check worker, a killed run): with torch's default of one thread
-    # per core, N workers' children oversubscribe the cores (the two tiny GPU checks: 334 s with it, 45 s without)
+    # per core, N workers' children oversubscribe the cores (the two tiny GPU checks took 334 s each with torch's
+    # default threads, 45 s with one)
     os.environ.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
 
 # the longest test modules (minutes each under -n 2) are handed out first by pytest-xdist, so that none of them is

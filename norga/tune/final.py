@@ -83,6 +83,7 @@ def _train_launched(root: Path, spec: TuneSpec, arms, folders, log, jobs: int, l
     back verified; one NorgaError naming the logs of the runs that failed."""
     from ..engine.run_folder import RunDir
     from ..sweep.launchers import launch
+    from ..sweep.status import run_state
 
     names = [f"{arm}_s{seed}" for arm, seed in folders]
     log(f"final evaluation: {len(names)} runs through --launcher {launcher}, {jobs} at a time -> {root / 'final'}")
@@ -94,10 +95,11 @@ def _train_launched(root: Path, spec: TuneSpec, arms, folders, log, jobs: int, l
                          "command again to resume them")
     metrics = {}
     for key, folder in folders.items():
-        found = RunDir(folder).read_metrics()
-        if not found or found.get("status") not in (None, "complete"):
-            raise NorgaError(f"final run {folder} did not finish ({(found or {}).get('status', 'no metrics.json')}); "
-                             "run the same command again to resume it")
+        found = RunDir(folder).read_metrics()  # checked against the checkpoints
+        state = run_state(folder)
+        if not found or state.kind != "done":
+            raise NorgaError(f"final run {folder} did not finish ({state.text()}); run the same command again to "
+                             "resume it")
         metrics[key] = found
     return metrics
 

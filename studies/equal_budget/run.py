@@ -22,6 +22,7 @@ from typing import List, Optional
 
 import yaml
 
+from norga.files import atomic_write_bytes
 from norga.tune import TuneRequest, run_tune
 from studies.equal_budget.report import ARMS, collect_rows, load_rows, report_text
 from studies.generated import write_or_check
@@ -67,7 +68,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         rows = collect_rows(RUNS, time.strftime("%Y-%m-%d"))
         if not rows["arms"]:
             p.error(f"no finished arm in {RUNS} (an arm is finished when its final.json is there)")
-        ROWS.write_text(json.dumps(rows, indent=1, sort_keys=True) + "\n")
+        atomic_write_bytes(ROWS, (json.dumps(rows, indent=1, sort_keys=True) + "\n").encode())
         print(f"{ROWS}: {len(rows['arms'])} arm(s): {', '.join(rows['arms'])}")
     if args.report or args.check:
         rows = load_rows(ROWS)
