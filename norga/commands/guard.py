@@ -25,13 +25,13 @@ import pickle
 import re
 import select
 import shutil
-import signal
 import sys
 from pathlib import Path
 from typing import Callable, Optional
 
 from ..config import ConfigError
 from ..errors import DIVERGED_EXIT, NorgaError, TrainingDiverged, one_line
+from ..interrupts import sigterm_as_interrupt
 from ..outputs import forget_new_folders, undo_new_folders
 
 INTERRUPTED = 130  # the shell's status for a process stopped by SIGINT
@@ -218,11 +218,11 @@ def guarded(action: Callable[[], int], on_interrupt: Callable[[], str],
     """Run ``action`` (a command; returns its exit status) inside the error boundary (module docstring): user
     errors -> one line + exit 2 (a diverged run: 3); Ctrl-C/SIGTERM -> one line + 130; bugs re-raised. On any
     failure the new empty folders go and ``on_failure`` runs (not on Ctrl-C: what was saved is kept)."""
-    previous = signal.getsignal(signal.SIGTERM)
-    try:
-        signal.signal(signal.SIGTERM, _raise_interrupt)
-    except ValueError:  # not the main thread: leave SIGTERM alone
-        previous = None
+    with sigterm_as_interrupt():  # SIGTERM (a scheduler, `kill`) stops a command as Ctrl-C does
+        return _run_guarded(action, on_interrupt, on_failure)
+
+
+def _run_guarded(action, on_interrupt, on_failure) -> int:
     try:
         status = action()
     except KeyboardInterrupt:
@@ -240,9 +240,6 @@ def guarded(action: Callable[[], int], on_interrupt: Callable[[], str],
         close_progress_bars()
         print(f"error: {message}", file=sys.stderr)
         return DIVERGED_EXIT if isinstance(err, TrainingDiverged) else 2
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
     if status == 0:
         forget_new_folders()
     else:
@@ -263,7 +260,3 @@ def _stdout_gone() -> bool:
         return True
     except (AttributeError, OSError, ValueError):  # no poll (Windows) or no real stdout: report the error
         return False
-
-
-def _raise_interrupt(signum, frame) -> None:
-    raise KeyboardInterrupt

@@ -25,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence
 
+from ..interrupts import sigterm_as_interrupt
 from ..outputs import make_output_folder
 from .launch_base import (LAUNCHERS, PREEMPT_SIGNAL_ENV, SUBMITIT_LAUNCHERS, LaunchError, Outcome,  # noqa: F401
                           register_launcher)
@@ -134,8 +135,9 @@ def launch_local(commands, jobs: int, log_dir: Path, names, gpus, env, wait: boo
 
     pool = ThreadPoolExecutor(max_workers=min(jobs, len(gpus) if gpus else jobs))
     try:
-        futures = [pool.submit(run_one, i) for i in range(len(commands))]
-        return [f.result() for f in futures]
+        with sigterm_as_interrupt():  # whoever called: a norga command or a user's script
+            futures = [pool.submit(run_one, i) for i in range(len(commands))]
+            return [f.result() for f in futures]
     except KeyboardInterrupt:
         pool.shutdown(wait=False, cancel_futures=True)
         with lock:

@@ -1,7 +1,8 @@
 """The rows and the report of the equal-budget study (pre-registered in README.md).
 
 ``collect_rows`` reads the finished tune folders (``runs/equal_budget/<arm>``: ``final.json``, ``trials.csv``)
-into the rows committed as ``equal_budget.json``; ``report_text`` turns those rows, and nothing else, into
+into the rows committed as ``equal_budget.json``, each FA read again from its final run folder (checked against its
+checkpoints, which are the truth) and required to equal ``final.json``'s; ``report_text`` turns those rows, and nothing else, into
 ``equal_budget.md``, so ``python -m studies.equal_budget.run --report --check`` proves the committed report is the
 rows' on any machine (the run folders stay on the machine that ran them).
 
@@ -21,7 +22,7 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
 from norga.reports.summary_stats import Estimate, describe, paired
 
@@ -32,15 +33,51 @@ CONFIGS = ("best", "default")  # the tuned configuration, the untuned default (t
 BUDGET = 5  # finished trials per arm (README.md); with -j 2 a second worker may finish one more (norga tune's rule)
 
 
-def collect_rows(runs: Path, collected: str) -> dict:
+class StaleRows(ValueError):
+    """A tune folder's final.json disagrees with its final run folders."""
+
+
+def run_fa(folder: Path) -> float:
+    """FA (%) of the finished final run ``folder``: its metrics.json checked against its checkpoints
+    (:meth:`norga.engine.run_folder.RunDir.read_metrics`), finished by the sweep status's rule."""
+    from norga.engine.run_folder import RunDir
+    from norga.sweep.status import run_state
+
+    metrics, state = RunDir(folder).read_metrics(), run_state(folder)
+    if not metrics or state.kind != "done":
+        raise StaleRows(f"final run {folder} is not finished ({state.text()}): python -m studies.equal_budget.run "
+                        "resumes it")
+    return 100 * metrics["FA"]
+
+
+def checked_fa(runs: Path, arm: str, summary: dict, read_fa: Callable[[Path], float]) -> Dict[str, Dict[str, float]]:
+    """{configuration: {seed: FA %}} of ``arm``'s final.json ``summary``, each value read again from its run folder
+    ``final/<configuration>_s<seed>`` by ``read_fa``; StaleRows naming the folder when they differ."""
+    out: Dict[str, Dict[str, float]] = {}
+    for which in CONFIGS:
+        out[which] = {}
+        for seed in summary["final_seeds"]:
+            folder = runs / arm / "final" / f"{which}_s{seed}"
+            value, recorded = read_fa(folder), summary["arms"][which]["FA"]["values"].get(str(seed))
+            if recorded is None or abs(value - recorded) > 1e-9:
+                raise StaleRows(f"{runs / arm / 'final.json'} says FA {recorded} for {folder}, its run folder says "
+                                f"{value:.4f}: run python -m studies.equal_budget.run --arms {arm} again (it "
+                                "rewrites final.json from the run folders)")
+            out[which][str(seed)] = recorded
+    return out
+
+
+def collect_rows(runs: Path, collected: str, read_fa: Callable[[Path], float] = run_fa) -> dict:
     """The study's rows from its tune folders under ``runs``: per finished arm the FA (%) of the tuned and the
-    untuned configuration by final seed, the tuned values, and the trials by state; ``collected``: the date."""
+    untuned configuration by final seed (checked against the run folders by :func:`checked_fa`), the tuned values,
+    and the trials by state; ``collected``: the date."""
     arms = {}
     for arm in ARMS:
         final = runs / arm / "final.json"
         if not final.is_file():
             continue
         summary = json.loads(final.read_text())
+        fa_values = checked_fa(runs, arm, summary, read_fa)
         with open(runs / arm / "trials.csv", newline="") as handle:
             trials = list(csv.DictReader(handle))
         states: Dict[str, int] = {}
@@ -48,7 +85,7 @@ def collect_rows(runs: Path, collected: str) -> dict:
             states[trial["state"]] = states.get(trial["state"], 0) + 1
         finished = [t for t in trials if t["state"] in ("COMPLETE", "PRUNED")]
         complete = [t for t in finished if t["state"] == "COMPLETE" and t["FA"]]
-        arms[arm] = {"FA": {which: summary["arms"][which]["FA"]["values"] for which in CONFIGS},
+        arms[arm] = {"FA": fa_values,
                      "best_values": summary["best_values"], "final_seeds": summary["final_seeds"],
                      "protocol": summary["protocol"], "trials": states,
                      "best_trial": int(max(complete, key=lambda t: float(t["FA"]))["number"]) if complete else None,

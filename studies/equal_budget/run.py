@@ -24,7 +24,7 @@ import yaml
 
 from norga.files import atomic_write_bytes
 from norga.tune import TuneRequest, run_tune
-from studies.equal_budget.report import ARMS, collect_rows, load_rows, report_text
+from studies.equal_budget.report import ARMS, StaleRows, collect_rows, load_rows, report_text
 from studies.generated import write_or_check
 
 HERE = Path(__file__).resolve().parent
@@ -65,7 +65,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--check", action="store_true", help=f"with --report: exit 1 unless {REPORT.name} is current")
     args = p.parse_args(argv)
     if args.collect:
-        rows = collect_rows(RUNS, time.strftime("%Y-%m-%d"))
+        try:
+            rows = collect_rows(RUNS, time.strftime("%Y-%m-%d"))
+        except StaleRows as err:
+            p.error(str(err))
         if not rows["arms"]:
             p.error(f"no finished arm in {RUNS} (an arm is finished when its final.json is there)")
         atomic_write_bytes(ROWS, (json.dumps(rows, indent=1, sort_keys=True) + "\n").encode())

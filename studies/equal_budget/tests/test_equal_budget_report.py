@@ -65,12 +65,21 @@ def test_rows_are_collected_from_the_tune_folders(tmp_path):
         writer.writerows([{"number": 0, "state": "COMPLETE", "FA": "0.4", "seconds": "10.5"},
                           {"number": 1, "state": "FAIL", "FA": "", "seconds": ""},
                           {"number": 2, "state": "COMPLETE", "FA": "0.6", "seconds": "3"}])
-    rows = report.collect_rows(tmp_path, "2026-12-06")
+    read = []
+    in_run_folders = {"best_s11": 60.0, "best_s12": 61.0, "default_s11": 60.0, "default_s12": 61.0}
+    rows = report.collect_rows(tmp_path, "2026-12-06", read_fa=lambda f: read.append(f) or in_run_folders[f.name])
+    assert sorted(f.relative_to(tmp_path).as_posix() for f in read) == [
+        f"ranpac/final/{name}" for name in sorted(in_run_folders)]  # every value read again from its run folder
     assert list(rows["arms"]) == ["ranpac"] and rows["collected"] == "2026-12-06"
     arm = rows["arms"]["ranpac"]
     assert arm["trials"] == {"COMPLETE": 2, "FAIL": 1} and arm["trial_seconds"] == 13.5
     assert arm["best_trial"] == 2 and arm["first_finished"] == [0, 2]  # the failed trial is not counted
     assert report.fa(rows, "ranpac", "best") == {11: 60.0, 12: 61.0}
+    in_run_folders["default_s12"] = 59.0  # final.json edited, or a run folder replaced after it was written
+    with pytest.raises(report.StaleRows, match="default_s12"):
+        report.collect_rows(tmp_path, "2026-12-06", read_fa=lambda f: in_run_folders[f.name])
+    with pytest.raises(report.StaleRows, match="not finished"):  # the real reader: no run there
+        report.collect_rows(tmp_path, "2026-12-06")
 
 
 def test_the_committed_report_is_its_rows():
