@@ -20,7 +20,7 @@ from norga.commands.cli import main as norga
 pytestmark = pytest.mark.integration
 
 
-def _wait_for_running_trial(out: Path, process: subprocess.Popen, limit: float = 120.0) -> int:
+def _wait_for_running_trial(out: Path, process: subprocess.Popen, limit: float = 600.0) -> int:
     """The number of the first trial the worker process is running (started and named by its worker), read from its
     SQLite study read-only (an Optuna storage opened here could race the worker creating the tables)."""
     start = time.time()
