@@ -21,7 +21,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "norga"
 # Lowest first. A module may import modules of its own layer or of lower layers only.
 LAYERS: List[List[str]] = [
     # foundation (norga.outputs: the write guard every layer writes through)
-    ["norga", "norga._version", "norga.errors", "norga.registry", "norga.files", "norga.outputs", "norga.config"],
+    ["norga", "norga._version", "norga.errors", "norga.interrupts", "norga.registry", "norga.files", "norga.outputs",
+     "norga.config"],
     ["norga.data"],
     ["norga.gates"],  # the prefix gates: option schema and config section (torch-free), modules, registry
     ["norga.models"],
