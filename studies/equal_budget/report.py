@@ -2,9 +2,9 @@
 
 ``collect_rows`` reads the finished tune folders (``runs/equal_budget/<arm>``: ``final.json``, ``trials.csv``)
 into the rows committed as ``equal_budget.json``, each FA read again from its final run folder (checked against its
-checkpoints, which are the truth) and required to equal ``final.json``'s; ``report_text`` turns those rows, and nothing else, into
-``equal_budget.md``, so ``python -m studies.equal_budget.run --report --check`` proves the committed report is the
-rows' on any machine (the run folders stay on the machine that ran them).
+checkpoints, which are the truth) and required to equal ``final.json``'s; ``report_text`` turns those rows, and
+nothing else, into ``equal_budget.md``, so ``python -m studies.equal_budget.run --report --check`` proves the
+committed report is the rows' on any machine (the run folders stay on the machine that ran them).
 
 The decision rule (README.md): per pre-registered pair (A, B) the paired FA difference A − B over the final seeds,
 tuned and untuned, with its 95 % Student-t interval; "A above" when the interval lies above 0, "B above" when below,
